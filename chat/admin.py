@@ -1,0 +1,97 @@
+"""Staff views: providers (keys write-only), conversations with their messages, usage with totals."""
+
+from django import forms
+from django.contrib import admin
+
+from .models import Conversation, Message, Provider, Usage
+
+
+class ProviderForm(forms.ModelForm):
+    base_url = forms.URLField(label="base URL", max_length=500, assume_scheme="https")
+    # The key is write-only: never rendered back into the page.
+    api_key = forms.CharField(
+        label="API key",
+        required=False,
+        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password"}),
+        help_text="Leave empty to keep the current key.",
+    )
+
+    class Meta:
+        model = Provider
+        fields = ["name", "base_url", "api_key", "default_model", "model_list", "enabled"]
+
+    def clean_api_key(self):
+        key = self.cleaned_data["api_key"]
+        return key or (self.instance.api_key if self.instance.pk else "")
+
+
+@admin.register(Provider)
+class ProviderAdmin(admin.ModelAdmin):
+    form = ProviderForm
+    list_display = ["name", "base_url", "default_model", "enabled", "has_key", "updated"]
+    list_filter = ["enabled"]
+    search_fields = ["name", "base_url"]
+
+    @admin.display(boolean=True, description="key set")
+    def has_key(self, provider):
+        return bool(provider.api_key)
+
+
+class MessageInline(admin.StackedInline):
+    model = Message
+    extra = 0
+    can_delete = False
+    fields = ["role", "status", "finish_reason", "model", "content", "reasoning", "error", "created"]
+    readonly_fields = fields
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(Conversation)
+class ConversationAdmin(admin.ModelAdmin):
+    list_display = ["title", "owner", "model", "created", "updated"]
+    list_filter = ["updated"]
+    search_fields = ["title", "owner__username", "owner__email"]
+    list_select_related = ["owner"]
+    readonly_fields = ["owner", "model", "params", "created", "updated"]
+    fields = ["title", "owner", "model", "system_prompt", "params", "created", "updated"]
+    inlines = [MessageInline]
+    date_hierarchy = "updated"
+
+
+@admin.register(Usage)
+class UsageAdmin(admin.ModelAdmin):
+    list_display = [
+        "started",
+        "user",
+        "source",
+        "model",
+        "prompt_tokens",
+        "completion_tokens",
+        "reasoning_tokens",
+        "cost",
+        "ttft_ms",
+        "tokens_per_second",
+        "status",
+        "estimated",
+    ]
+    list_filter = ["source", "status", "model", "estimated", "started", ("user", admin.RelatedOnlyFieldListFilter)]
+    search_fields = ["user__username", "model", "upstream_id", "request_id"]
+    list_select_related = ["user"]
+    date_hierarchy = "started"
+
+    def get_readonly_fields(self, request, obj=None):
+        return [field.name for field in Usage._meta.fields]
+
+    def has_add_permission(self, request):
+        return False
+
+    def changelist_view(self, request, extra_context=None):
+        response = super().changelist_view(request, extra_context)
+        try:
+            queryset = response.context_data["cl"].queryset
+        except (AttributeError, KeyError):
+            return response  # a redirect or an error page
+        response.context_data["totals"] = queryset.totals()
+        return response

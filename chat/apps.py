@@ -1,0 +1,36 @@
+import logging
+
+from django.apps import AppConfig
+from django.db import DatabaseError
+
+log = logging.getLogger(__name__)
+
+
+class ChatConfig(AppConfig):
+    name = "chat"
+    verbose_name = "Chat"
+
+
+def prepare_to_serve() -> None:
+    """Once per server process, before it serves: sync the configured provider, recover dead streams."""
+    from django.conf import settings
+
+    from .generation import ORPHAN_AFTER
+    from .models import Message, Provider
+
+    try:
+        provider = Provider.objects.sync_from_settings()
+        # One process alone owns every stream; beside others, only stale ones are dead.
+        stale_after = ORPHAN_AFTER if settings.REDIS_URL else None
+        recovered = Message.objects.recover_orphans(stale_after)
+    except DatabaseError as exc:
+        log.error("database not ready (%s); run `manage.py migrate`", exc)
+        return
+    if recovered:
+        log.warning("marked %d stream(s) left by a stopped server as interrupted", len(recovered))
+    if provider is not None and provider.is_demo:
+        log.warning(
+            "No UPSTREAM_BASE_URL set: chatting against the built-in demo upstream (provider 'demo', %s). "
+            "Set UPSTREAM_BASE_URL and UPSTREAM_API_KEY for a real one.",
+            provider.base_url,
+        )

@@ -1,0 +1,220 @@
+"""The chat websocket (protocol in docs/websocket.md): validate a frame, then delegate."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import orjson
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.conf import settings
+
+from . import generation
+from .generation import Job, control_group, conversation_group, frame
+from .models import ChatError, Conversation, Message, Provider, begin_turn
+
+# name -> (accepted types, lowest, highest); bool is never a number here.
+NUMBER_PARAMS = {
+    "temperature": (0.0, 2.0),
+    "top_p": (0.0, 1.0),
+    "presence_penalty": (-2.0, 2.0),
+    "frequency_penalty": (-2.0, 2.0),
+}
+MAX_TOKENS_LIMIT = 1_000_000
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return (_is_int(value) or isinstance(value, float)) and math.isfinite(value)
+
+
+def parse_id(fields: dict, name: str, *, optional: bool = False) -> int | None:
+    value = fields.get(name)
+    if value is None and optional:
+        return None
+    if not _is_int(value) or value < 1:
+        raise ChatError("bad_field", f"`{name}` must be a positive integer id.")
+    return value
+
+
+def parse_params(value: Any) -> dict[str, Any]:
+    """The request parameters a user may set, checked by type and range."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ChatError("bad_field", "`params` must be an object.")
+    params: dict[str, Any] = {}
+    for name, item in value.items():
+        if item is None:
+            params[name] = None  # unset a value stored on the conversation
+        elif name in NUMBER_PARAMS:
+            low, high = NUMBER_PARAMS[name]
+            if not _is_number(item) or not low <= item <= high:
+                raise ChatError("bad_param", f"`{name}` must be a number from {low} to {high}.")
+        elif name == "max_tokens":
+            if not _is_int(item) or not 1 <= item <= MAX_TOKENS_LIMIT:
+                raise ChatError("bad_param", f"`max_tokens` must be an integer from 1 to {MAX_TOKENS_LIMIT}.")
+        elif name == "stop":
+            stops = [item] if isinstance(item, str) else item
+            if (
+                not isinstance(stops, list)
+                or not 1 <= len(stops) <= 4
+                or not all(isinstance(s, str) and s for s in stops)
+            ):
+                raise ChatError("bad_param", "`stop` must be a string or a list of up to 4 strings.")
+        else:
+            raise ChatError("bad_param", f"Unknown parameter `{name}`.")
+        params[name] = item
+    return params
+
+
+def parse_content(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ChatError("bad_field", "`content` must be a string.")
+    if not value.strip():
+        raise ChatError("empty_content", "The message is empty.")
+    if len(value.encode()) > settings.CHAT_MAX_CONTENT_BYTES:
+        raise ChatError("too_long", f"The message is longer than {settings.CHAT_MAX_CONTENT_BYTES} bytes.")
+    return value
+
+
+class ChatConsumer(AsyncJsonWebsocketConsumer):
+    """One browser tab: it sends messages, stops and attaches to streams, and watches conversations."""
+
+    async def connect(self) -> None:
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            await self.close(code=4401)
+            return
+        self.user = user
+        self.watching: set[int] = set()
+        # reply id -> seq of the snapshot this socket got (None: waiting for it)
+        self.attaching: dict[int, int | None] = {}
+        await self.accept()
+        generation.ensure_sweeper()
+
+    async def disconnect(self, code: int) -> None:
+        for conversation_id in getattr(self, "watching", ()):
+            await self.channel_layer.group_discard(conversation_group(conversation_id), self.channel_name)
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs) -> None:
+        try:
+            if text_data is None:
+                raise ChatError("bad_frame", "Frames must be JSON text, not binary.")
+            try:
+                content = orjson.loads(text_data)
+            except orjson.JSONDecodeError:
+                raise ChatError("bad_json", "The frame is not valid JSON.") from None
+            await self.receive_json(content)
+        except ChatError as exc:
+            await self.send_error(exc.code, exc.detail)
+
+    async def receive_json(self, content: Any, **kwargs) -> None:
+        if not isinstance(content, dict):
+            raise ChatError("bad_frame", "A frame must be a JSON object with a `type`.")
+        handler = {"send": self.on_send, "stop": self.on_stop, "attach": self.on_attach}.get(content.get("type"))
+        if handler is None:
+            raise ChatError("unknown_type", f"Unknown frame type {content.get('type')!r}.")
+        await handler(content)
+
+    async def send_error(self, code: str, detail: str, message: int | None = None) -> None:
+        await self.send(text_data=frame(type="error", code=code, detail=detail, message=message))
+
+    async def watch(self, conversation_id: int) -> None:
+        if conversation_id not in self.watching:
+            await self.channel_layer.group_add(conversation_group(conversation_id), self.channel_name)
+            self.watching.add(conversation_id)
+
+    # --- client frames --------------------------------------------------------
+
+    async def on_send(self, fields: dict) -> None:
+        conversation_id = parse_id(fields, "conversation", optional=True)
+        content = parse_content(fields.get("content"))
+        model = fields.get("model")
+        if model is not None and not isinstance(model, str):
+            raise ChatError("bad_field", "`model` must be a string.")
+        params = parse_params(fields.get("params"))
+        if not model and conversation_id is not None:
+            model = (
+                await Conversation.objects.owned_by(self.user)
+                .filter(pk=conversation_id)
+                .values_list("model", flat=True)
+                .afirst()
+            )
+        entry = await Provider.objects.aresolve(model)
+        turn = await database_sync_to_async(begin_turn)(self.user, conversation_id, content, entry, params)
+        await self.watch(turn.conversation.pk)
+        generation.start(Job.for_turn(turn, entry.provider, entry.model, turn.conversation.params))
+
+    async def on_stop(self, fields: dict) -> None:
+        message_id = parse_id(fields, "message")
+        reply = await self._own_reply(message_id)
+        if reply.status != Message.Status.STREAMING:
+            raise ChatError("not_streaming", "That message is not streaming.")
+        await self.channel_layer.group_send(
+            control_group(reply.conversation_id), {"type": "generation.stop", "message": message_id}
+        )
+
+    async def on_attach(self, fields: dict) -> None:
+        conversation_id = parse_id(fields, "conversation")
+        if not await Conversation.objects.owned_by(self.user).filter(pk=conversation_id).aexists():
+            raise ChatError("not_found", "No such conversation.")
+        await self.watch(conversation_id)
+        streaming = await Message.objects.streaming().filter(conversation_id=conversation_id).afirst()
+        if streaming is None:
+            await self.send(text_data=frame(type="attached", conversation=conversation_id, message=None))
+            return
+        self.attaching[streaming.pk] = None
+        await self.send(text_data=frame(type="attached", conversation=conversation_id, message=streaming.pk))
+        await self.channel_layer.group_send(
+            control_group(conversation_id),
+            {"type": "generation.snapshot", "message": streaming.pk, "reply_to": self.channel_name},
+        )
+
+    async def _own_reply(self, message_id: int) -> Message:
+        reply = await Message.objects.filter(
+            pk=message_id, role=Message.Role.ASSISTANT, conversation__owner=self.user
+        ).afirst()
+        if reply is None:
+            raise ChatError("not_found", "No such message.")
+        return reply
+
+    # --- channel-layer events -------------------------------------------------
+
+    async def chat_started(self, event: dict) -> None:
+        await self.send(text_data=event["text"])
+
+    async def chat_delta(self, event: dict) -> None:
+        if event["message"] in self.attaching:
+            seen = self.attaching[event["message"]]
+            if seen is None or event["seq"] <= seen:
+                return  # the snapshot carries it
+        await self.send(text_data=event["text"])
+
+    async def chat_snapshot(self, event: dict) -> None:
+        if event["message"] in self.attaching and self.attaching[event["message"]] is None:
+            self.attaching[event["message"]] = event["seq"]
+            await self.send(text_data=event["text"])
+
+    async def chat_done(self, event: dict) -> None:
+        message_id = event["message"]
+        if message_id in self.attaching and self.attaching.pop(message_id) is None:
+            # The stream ended before its snapshot reached us: the saved text is final.
+            reply = await Message.objects.aget(pk=message_id)
+            await self.send(
+                text_data=frame(
+                    type="snapshot",
+                    conversation=reply.conversation_id,
+                    message=reply.pk,
+                    content=reply.content,
+                    reasoning=reply.reasoning,
+                    status=reply.status,
+                    model=reply.model,
+                    seq=None,
+                )
+            )
+        await self.send(text_data=event["text"])

@@ -1,0 +1,394 @@
+"""Generation tasks: one upstream stream per assistant reply, independent of any websocket.
+
+A task reads the upstream, coalesces deltas for at most CHAT_COALESCE_MS before one
+channel-layer message carries them to the sockets watching the conversation, saves
+the text at least every CHAT_SAVE_INTERVAL seconds, and listens on a channel of
+its own for `stop` and `snapshot` requests, so that a socket on another process
+(Redis channel layer) can stop it or attach to it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import orjson
+from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from . import upstream
+from .models import Conversation, Message, Provider, Turn, Usage, client, timeouts
+
+log = logging.getLogger(__name__)
+
+# A streaming message whose last save is older than this belongs to a dead process.
+ORPHAN_AFTER = timedelta(seconds=60)
+SWEEP_EVERY = 20.0
+# While the text does not change, a save is still made this often as a heartbeat.
+HEARTBEAT_EVERY = 10.0
+
+_tasks: set[asyncio.Task] = set()
+
+
+def conversation_group(conversation_id: int) -> str:
+    """The sockets watching a conversation."""
+    return f"chat.conversation.{conversation_id}"
+
+
+def control_group(conversation_id: int) -> str:
+    """The generation task running in a conversation (at most one)."""
+    return f"chat.generation.{conversation_id}"
+
+
+def frame(**fields: Any) -> str:
+    """A websocket frame, encoded once however many sockets receive it."""
+    return orjson.dumps(fields).decode()
+
+
+@dataclass(frozen=True)
+class Job:
+    """Everything a generation needs, read from the database before it starts."""
+
+    conversation_id: int
+    message_id: int
+    user_message_id: int
+    usage_id: int
+    title: str
+    provider_name: str
+    base_url: str
+    api_key: str
+    model: str
+    payload: dict[str, Any]
+    prompt_chars: int
+
+    @classmethod
+    def for_turn(cls, turn: Turn, provider: Provider, model: str, params: dict) -> Job:
+        conversation = turn.conversation
+        payload = upstream.build_payload(model, turn.history, params, max_tokens=settings.UPSTREAM_MAX_TOKENS)
+        return cls(
+            conversation_id=conversation.pk,
+            message_id=turn.reply.pk,
+            user_message_id=turn.user_message.pk,
+            usage_id=turn.usage.pk,
+            title=conversation.title,
+            provider_name=provider.name,
+            base_url=provider.base_url,
+            api_key=provider.api_key,
+            model=model,
+            payload=payload,
+            prompt_chars=sum(len(m["content"]) for m in turn.history),
+        )
+
+
+def start(job: Job) -> asyncio.Task:
+    """Run a generation in a task of its own; it outlives the socket that asked for it."""
+    task = asyncio.create_task(Generation(job).run(), name=f"generation-{job.message_id}")
+    _tasks.add(task)
+    task.add_done_callback(_tasks.discard)
+    return task
+
+
+async def wait_all() -> None:
+    """Wait for every running generation of this process (tests, shutdown)."""
+    while _tasks:
+        await asyncio.gather(*list(_tasks), return_exceptions=True)
+
+
+class Generation:
+    def __init__(self, job: Job) -> None:
+        self.job = job
+        self.layer = get_channel_layer()
+        self.group = conversation_group(job.conversation_id)
+        self.window = settings.CHAT_COALESCE_MS / 1000
+        loop = asyncio.get_running_loop()
+        self.state = upstream.StreamState(started_at=loop.time())
+        self.request_id = ""
+        self.seq = 0
+        self._pending_content: list[str] = []
+        self._pending_reasoning: list[str] = []
+        self._dirty = asyncio.Event()
+        self._lock = asyncio.Lock()
+        self._last_flush = 0.0
+        self._saved_chars = 0
+        self._reader: asyncio.Task | None = None
+
+    async def run(self) -> None:
+        job = self.job
+        control = await self.layer.new_channel()
+        await self.layer.group_add(control_group(job.conversation_id), control)
+        await self.layer.group_send(
+            self.group,
+            {
+                "type": "chat.started",
+                "message": job.message_id,
+                "text": frame(
+                    type="started",
+                    conversation=job.conversation_id,
+                    message=job.message_id,
+                    user_message=job.user_message_id,
+                    model=job.model,
+                    provider=job.provider_name,
+                    title=job.title,
+                ),
+            },
+        )
+        helpers = [
+            asyncio.create_task(self._listen(control)),
+            asyncio.create_task(self._flush_loop()),
+            asyncio.create_task(self._save_loop()),
+        ]
+        self._reader = asyncio.create_task(self._read())
+        status, error, cancelled = Message.Status.FAILED, "", False
+        try:
+            await self._reader
+            status = self.state.outcome()
+            if status == Message.Status.FAILED:
+                error = self.state.error_message()
+            elif status == Message.Status.INTERRUPTED:
+                error = "The upstream closed the stream before the answer was finished."
+        except upstream.UpstreamError as exc:
+            status = Message.Status.INTERRUPTED if exc.kind == "cut" else Message.Status.FAILED
+            error = _describe(exc)
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            cancelled = current is not None and current.cancelling() > 0
+            if cancelled:  # the process is shutting down, not a stop
+                status, error = Message.Status.INTERRUPTED, "The server stopped while this answer was streaming."
+            else:
+                status = Message.Status.STOPPED
+        except Exception:
+            log.exception("generation %s failed", job.message_id)
+            error = "Internal error while streaming; the partial answer was kept."
+        finally:
+            self.state.ended_at = asyncio.get_running_loop().time()
+            async with self._lock:
+                for helper in helpers:
+                    helper.cancel()
+            await asyncio.gather(*helpers, return_exceptions=True)
+            await self._finish(status, error)
+            await self.layer.group_discard(control_group(job.conversation_id), control)
+        if cancelled:
+            raise asyncio.CancelledError
+
+    def stop(self) -> None:
+        if self._reader is not None:
+            self._reader.cancel()
+
+    async def _read(self) -> None:
+        job, state = self.job, self.state
+        loop = asyncio.get_running_loop()
+        async with upstream.open_stream(client(), job.base_url, job.api_key, job.payload, timeouts()) as stream:
+            self.request_id = stream.request_id or ""
+            async for event in stream.events():
+                if event.data is None:
+                    continue  # a keep-alive comment
+                content, reasoning = state.feed(event.data, loop.time())
+                if content:
+                    self._pending_content.append(content)
+                if reasoning:
+                    self._pending_reasoning.append(reasoning)
+                if content or reasoning:
+                    self._dirty.set()
+                if state.done:
+                    break
+
+    # --- to the sockets -------------------------------------------------------
+
+    async def _flush_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await self._dirty.wait()
+            wait = self._last_flush + self.window - loop.time()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            async with self._lock:
+                await self._flush()
+
+    async def _flush(self) -> None:
+        """Send what arrived since the last flush as one delta (caller holds the lock)."""
+        self._dirty.clear()
+        if not (self._pending_content or self._pending_reasoning):
+            return
+        content, self._pending_content = "".join(self._pending_content), []
+        reasoning, self._pending_reasoning = "".join(self._pending_reasoning), []
+        self.seq += 1
+        self._last_flush = asyncio.get_running_loop().time()
+        fields: dict[str, Any] = {"type": "delta", "message": self.job.message_id, "seq": self.seq}
+        if content:
+            fields["content"] = content
+        if reasoning:
+            fields["reasoning"] = reasoning
+        await self.layer.group_send(
+            self.group, {"type": "chat.delta", "message": self.job.message_id, "seq": self.seq, "text": frame(**fields)}
+        )
+
+    async def _listen(self, control: str) -> None:
+        while True:
+            request = await self.layer.receive(control)
+            if request.get("message") not in (None, self.job.message_id):
+                continue
+            if request["type"] == "generation.stop":
+                self.stop()
+            elif request["type"] == "generation.snapshot":
+                async with self._lock:
+                    await self._flush()
+                    await self.layer.send(
+                        request["reply_to"],
+                        {
+                            "type": "chat.snapshot",
+                            "message": self.job.message_id,
+                            "seq": self.seq,
+                            "text": frame(
+                                type="snapshot",
+                                conversation=self.job.conversation_id,
+                                message=self.job.message_id,
+                                content=self.state.text,
+                                reasoning=self.state.reasoning_text,
+                                status=Message.Status.STREAMING,
+                                model=self.job.model,
+                                seq=self.seq,
+                            ),
+                        },
+                    )
+
+    # --- to the database ------------------------------------------------------
+
+    async def _save_loop(self) -> None:
+        """Save the growing text every interval, and a heartbeat while it does not grow."""
+        loop = asyncio.get_running_loop()
+        last_save = loop.time()
+        while True:
+            await asyncio.sleep(settings.CHAT_SAVE_INTERVAL)
+            chars = sum(map(len, self.state.content)) + sum(map(len, self.state.reasoning))
+            if chars == self._saved_chars and loop.time() - last_save < HEARTBEAT_EVERY:
+                continue
+            await database_sync_to_async(self._save_partial)(self.state.text, self.state.reasoning_text)
+            self._saved_chars, last_save = chars, loop.time()
+
+    def _save_partial(self, content: str, reasoning: str) -> None:
+        Message.objects.filter(pk=self.job.message_id, status=Message.Status.STREAMING).update(
+            content=content, reasoning=reasoning, updated=timezone.now()
+        )
+
+    async def _finish(self, status: str, error: str) -> None:
+        """Keep the text and the usage whatever the ending, then tell the sockets."""
+        job, state = self.job, self.state
+        usage = state.metering(job.prompt_chars, asyncio.get_running_loop().time())
+        async with self._lock:
+            await self._flush()
+        try:
+            await database_sync_to_async(self._save_final)(status, error, usage)
+        except Exception:
+            log.exception("generation %s: could not save the final state", job.message_id)
+        await self.layer.group_send(
+            self.group,
+            {
+                "type": "chat.done",
+                "message": job.message_id,
+                "text": frame(
+                    type="done",
+                    message=job.message_id,
+                    conversation=job.conversation_id,
+                    status=status,
+                    finish_reason=state.finish_reason,
+                    usage={**usage, "cost": float(usage["cost"]) if usage["cost"] is not None else None},
+                    error=error or None,
+                ),
+            },
+        )
+
+    def _save_final(self, status: str, error: str, usage: dict[str, Any]) -> None:
+        job, state = self.job, self.state
+        now = timezone.now()
+        with transaction.atomic():
+            Message.objects.filter(pk=job.message_id).update(
+                content=state.text,
+                reasoning=state.reasoning_text,
+                tool_calls=state.tool_call_list or None,
+                status=status,
+                finish_reason=state.finish_reason or "",
+                error=error,
+                updated=now,
+            )
+            Usage.objects.filter(pk=job.usage_id).update(
+                upstream_id=state.upstream_id,
+                request_id=self.request_id,
+                upstream_perf=state.perf,
+                ended=now,
+                status=status,
+                finish_reason=state.finish_reason or "",
+                error=error,
+                **usage,
+            )
+            Conversation.objects.filter(pk=job.conversation_id).update(updated=now)
+
+
+def _describe(exc: upstream.UpstreamError) -> str:
+    """What the user reads under a failed answer."""
+    if exc.kind == "http":
+        text = f"The upstream refused the request ({exc.status}): {exc.message}"
+        if exc.retry_after:
+            text += f" Retry after {exc.retry_after} s."
+        return text
+    if exc.kind == "cut":
+        return "The upstream connection broke off before the answer was finished."
+    if exc.kind == "timeout":
+        return f"The upstream timed out: {exc.message}."
+    if exc.kind == "connect":
+        return f"Cannot reach the upstream: {exc.message}."
+    return f"The upstream sent something unreadable: {exc.message}"
+
+
+# --- orphans ------------------------------------------------------------------
+
+
+async def announce_recovered(messages: list[Message]) -> None:
+    """Tell sockets watching a recovered conversation that its stream ended."""
+    layer = get_channel_layer()
+    for message in messages:
+        usage = await Usage.objects.filter(message=message).afirst()
+        await layer.group_send(
+            conversation_group(message.conversation_id),
+            {
+                "type": "chat.done",
+                "message": message.pk,
+                "text": frame(
+                    type="done",
+                    message=message.pk,
+                    conversation=message.conversation_id,
+                    status=message.status,
+                    finish_reason=None,
+                    usage=usage.as_frame() if usage else None,
+                    error=message.error,
+                ),
+            },
+        )
+
+
+async def sweep_orphans_forever() -> None:
+    """With several processes, one may die mid-stream: its messages stop getting saved."""
+    while True:
+        await asyncio.sleep(SWEEP_EVERY)
+        try:
+            recovered = await database_sync_to_async(Message.objects.recover_orphans)(ORPHAN_AFTER)
+            await announce_recovered(recovered)
+        except Exception:
+            log.exception("orphan sweep failed")
+
+
+_sweepers: dict[asyncio.AbstractEventLoop, asyncio.Task] = {}
+
+
+def ensure_sweeper() -> None:
+    """Start this loop's orphan sweeper once (only needed when processes share a channel layer)."""
+    if not settings.REDIS_URL:
+        return
+    loop = asyncio.get_running_loop()
+    if loop not in _sweepers:
+        _sweepers[loop] = loop.create_task(sweep_orphans_forever(), name="orphan-sweeper")

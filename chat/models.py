@@ -1,0 +1,392 @@
+"""Providers, conversations, messages and the usage of every stream."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import models, transaction
+from django.db.models import Count, Q, Sum
+from django.utils import timezone
+
+from . import upstream
+
+log = logging.getLogger(__name__)
+
+DEMO_PROVIDER = "demo"
+DEMO_MODEL = "i14-sugarglider-nemotron3-super-120B-v1"
+
+
+class ChatError(Exception):
+    """A request that cannot start; `code` goes to the client as is."""
+
+    def __init__(self, code: str, detail: str) -> None:
+        super().__init__(detail)
+        self.code = code
+        self.detail = detail
+
+
+def timeouts() -> upstream.Timeouts:
+    return upstream.Timeouts(
+        connect=settings.UPSTREAM_CONNECT_TIMEOUT,
+        read=settings.UPSTREAM_READ_TIMEOUT,
+        deadline=settings.UPSTREAM_DEADLINE,
+    )
+
+
+def client():
+    return upstream.shared_client(settings.UPSTREAM_MAX_CONNECTIONS)
+
+
+# --- providers ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CatalogEntry:
+    provider: Provider
+    model: str
+
+    @property
+    def qualified(self) -> str:
+        return f"{self.provider.name}/{self.model}"
+
+
+# provider pk -> (expires at, provider.updated, model ids); per process, refreshed lazily.
+_model_cache: dict[int, tuple[float, object, list[str]]] = {}
+
+
+class ProviderQuerySet(models.QuerySet):
+    def enabled(self):
+        return self.filter(enabled=True)
+
+    async def acatalog(self) -> list[CatalogEntry]:
+        """Every (provider, model) pair of the enabled providers, in provider order."""
+        providers = [p async for p in self.enabled().order_by("pk")]
+        lists = await asyncio.gather(*(p.amodel_ids() for p in providers))
+        return [CatalogEntry(p, m) for p, ids in zip(providers, lists, strict=True) for m in ids]
+
+    async def aresolve(self, model: str | None) -> CatalogEntry:
+        """The provider and model id for a requested model (plain, or `provider/model`)."""
+        catalog = await self.acatalog()
+        if not catalog:
+            raise ChatError("no_provider", "No upstream provider is enabled.")
+        if not model:
+            first = catalog[0].provider
+            return CatalogEntry(first, first.default_model or catalog[0].model)
+        for entry in catalog:
+            if entry.model == model:
+                return entry
+        for entry in catalog:
+            if entry.qualified == model:
+                return entry
+        raise ChatError("unknown_model", f"Unknown model {model!r}.")
+
+    def sync_from_settings(self) -> Provider | None:
+        """Create or update the provider named by UPSTREAM_* (or the demo one) at start-up."""
+        if settings.UPSTREAM_BASE_URL:
+            self.filter(name=DEMO_PROVIDER).update(enabled=False)
+            provider, _ = self.update_or_create(
+                name=settings.UPSTREAM_NAME,
+                defaults={
+                    "base_url": settings.UPSTREAM_BASE_URL,
+                    "api_key": settings.UPSTREAM_API_KEY,
+                    "default_model": settings.UPSTREAM_MODEL,
+                    "enabled": True,
+                },
+            )
+            return provider
+        if settings.DEMO_UPSTREAM:
+            provider, _ = self.update_or_create(
+                name=DEMO_PROVIDER,
+                defaults={
+                    "base_url": f"http://127.0.0.1:{settings.PUBLIC_PORT}/_demo/i14/v1",
+                    "api_key": demo_api_key(),
+                    "default_model": DEMO_MODEL,
+                    "model_list": DEMO_MODEL,
+                    "enabled": True,
+                },
+            )
+            return provider
+        return None
+
+
+def demo_api_key() -> str:
+    """A key for the built-in demo upstream, the same in every process of one install."""
+    from django.utils.crypto import salted_hmac
+
+    return "demo-" + salted_hmac("chat.demo-upstream", "key").hexdigest()[:32]
+
+
+class Provider(models.Model):
+    """An OpenAI-compatible upstream. The API key never leaves the server."""
+
+    name = models.SlugField(max_length=50, unique=True, help_text="Also the model prefix: name/model-id.")
+    base_url = models.URLField("base URL", max_length=500, help_text="Up to /v1, e.g. https://api.i14.ai/v1")
+    api_key = models.CharField("API key", max_length=500, blank=True)
+    default_model = models.CharField(max_length=200, blank=True)
+    model_list = models.TextField(
+        "models", blank=True, help_text="One model id per line. Empty: ask the upstream's GET /models."
+    )
+    enabled = models.BooleanField(default=True)
+    created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(auto_now=True)
+
+    objects = ProviderQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def is_demo(self) -> bool:
+        return self.name == DEMO_PROVIDER and "/_demo/" in self.base_url
+
+    async def amodel_ids(self) -> list[str]:
+        """This provider's models: the configured list, else GET /models (cached a few minutes)."""
+        listed = [line.strip() for line in self.model_list.splitlines() if line.strip()]
+        if listed:
+            return listed
+        cached = _model_cache.get(self.pk)
+        if cached and cached[0] > time.monotonic() and cached[1] == self.updated:
+            return cached[2]
+        ttl = settings.UPSTREAM_MODELS_CACHE_SECONDS
+        try:
+            ids = await upstream.list_models(client(), self.base_url, self.api_key, timeouts())
+        except upstream.UpstreamError as exc:
+            log.warning("provider %s: cannot list models: %s", self.name, exc)
+            ids, ttl = [], 30
+        if self.default_model and self.default_model not in ids:
+            ids.insert(0, self.default_model)
+        _model_cache[self.pk] = (time.monotonic() + ttl, self.updated, ids)
+        return ids
+
+
+# --- conversations and messages -----------------------------------------------
+
+
+class ConversationQuerySet(models.QuerySet):
+    def owned_by(self, user):
+        return self.filter(owner=user)
+
+    def search(self, query: str):
+        """Conversations whose title or any message contains the query."""
+        if not query:
+            return self
+        return self.filter(Q(title__icontains=query) | Q(messages__content__icontains=query)).distinct()
+
+
+class Conversation(models.Model):
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="conversations")
+    title = models.CharField(max_length=200, blank=True)
+    model = models.CharField(max_length=300, blank=True, help_text="The model of the last stream.")
+    system_prompt = models.TextField(blank=True)
+    params = models.JSONField(default=dict, blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(default=timezone.now, db_index=True)
+
+    objects = ConversationQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-updated"]
+        indexes = [models.Index(fields=["owner", "-updated"])]
+
+    def __str__(self) -> str:
+        return self.title or f"Conversation {self.pk}"
+
+    @staticmethod
+    def title_for(text: str) -> str:
+        line = next((line.strip() for line in text.splitlines() if line.strip()), "New chat")
+        return line if len(line) <= 60 else line[:59].rstrip() + "…"
+
+    def upstream_messages(self) -> list[dict[str, str]]:
+        """The history in OpenAI's shape: system prompt, then every message with text."""
+        history = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
+        for role, content in self.messages.exclude(content="").values_list("role", "content"):
+            history.append({"role": role, "content": content})
+        return history
+
+
+class MessageQuerySet(models.QuerySet):
+    def streaming(self):
+        return self.filter(status=Message.Status.STREAMING)
+
+    def recover_orphans(self, stale_after: timedelta | None = None) -> list[Message]:
+        """Mark streams left `streaming` by a dead process as interrupted, with estimated usage.
+
+        stale_after=None takes every streaming message (one process, just started);
+        otherwise only those whose last save is older, as the live writers save every second.
+        """
+        now = timezone.now()
+        with transaction.atomic():
+            orphans = self.streaming().select_related("conversation")
+            if stale_after is not None:
+                orphans = orphans.filter(updated__lt=now - stale_after)
+            orphans = list(orphans.select_for_update())
+            for message in orphans:
+                message.status = Message.Status.INTERRUPTED
+                message.error = "The server stopped while this answer was streaming."
+                message.updated = now
+                message.save(update_fields=["status", "error", "updated"])
+                completion = upstream.estimate_tokens(len(message.content) + len(message.reasoning))
+                Usage.objects.filter(message=message, status=Message.Status.STREAMING).update(
+                    status=Message.Status.INTERRUPTED,
+                    completion_tokens=completion,
+                    reasoning_tokens=upstream.estimate_tokens(len(message.reasoning)),
+                    total_tokens=models.F("prompt_tokens") + completion,
+                    estimated=True,
+                    ended=now,
+                    error=message.error,
+                )
+        return orphans
+
+
+class Message(models.Model):
+    class Role(models.TextChoices):
+        SYSTEM = "system"
+        USER = "user"
+        ASSISTANT = "assistant"
+
+    class Status(models.TextChoices):
+        STREAMING = "streaming"
+        COMPLETE = "complete"
+        STOPPED = "stopped", "stopped by the user"
+        INTERRUPTED = "interrupted", "interrupted (connection ended early)"
+        FAILED = "failed", "failed (upstream error)"
+
+    conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="messages")
+    role = models.CharField(max_length=10, choices=Role.choices)
+    content = models.TextField(blank=True)
+    reasoning = models.TextField(blank=True)
+    tool_calls = models.JSONField(null=True, blank=True)
+    status = models.CharField(max_length=12, choices=Status.choices, default=Status.COMPLETE, db_index=True)
+    finish_reason = models.CharField(max_length=30, blank=True)
+    error = models.TextField(blank=True)
+    model = models.CharField(max_length=300, blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(default=timezone.now, help_text="Last save; a heartbeat while streaming.")
+
+    objects = MessageQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["created", "pk"]
+
+    def __str__(self) -> str:
+        return f"{self.role} #{self.pk}"
+
+
+@dataclass(frozen=True)
+class Turn:
+    conversation: Conversation
+    user_message: Message
+    reply: Message
+    usage: Usage
+    history: list[dict[str, str]]
+
+
+def begin_turn(user, conversation_id: int | None, content: str, entry: CatalogEntry, params: dict) -> Turn:
+    """Store the user's message and an empty streaming reply, unless a stream already runs there."""
+    with transaction.atomic():
+        if conversation_id is None:
+            conversation = Conversation.objects.create(owner=user, title=Conversation.title_for(content))
+        else:
+            conversation = Conversation.objects.owned_by(user).select_for_update().filter(pk=conversation_id).first()
+            if conversation is None:
+                raise ChatError("not_found", "No such conversation.")
+            if conversation.messages.streaming().exists():
+                raise ChatError("busy", "A reply is still streaming in this conversation; stop it first.")
+        now = timezone.now()
+        conversation.model = entry.qualified
+        conversation.updated = now
+        if params:
+            merged = {**conversation.params, **params}
+            conversation.params = {name: value for name, value in merged.items() if value is not None}
+        conversation.save(update_fields=["model", "updated", "params"])
+        user_message = conversation.messages.create(role=Message.Role.USER, content=content)
+        history = conversation.upstream_messages()
+        reply = conversation.messages.create(
+            role=Message.Role.ASSISTANT, status=Message.Status.STREAMING, model=entry.model, updated=now
+        )
+        usage = Usage.objects.create(
+            user=user,
+            provider=entry.provider,
+            message=reply,
+            model=entry.model,
+            status=Message.Status.STREAMING,
+            prompt_tokens=upstream.estimate_tokens(sum(len(m["content"]) for m in history)),
+        )
+    return Turn(conversation, user_message, reply, usage, history)
+
+
+# --- usage --------------------------------------------------------------------
+
+
+class UsageQuerySet(models.QuerySet):
+    def totals(self) -> dict:
+        return self.aggregate(
+            streams=Count("pk"),
+            prompt_tokens=Sum("prompt_tokens"),
+            completion_tokens=Sum("completion_tokens"),
+            reasoning_tokens=Sum("reasoning_tokens"),
+            total_tokens=Sum("total_tokens"),
+            cost=Sum("cost"),
+        )
+
+
+class Usage(models.Model):
+    """One upstream stream: who, which model, how many tokens, what it cost, how fast."""
+
+    class Source(models.TextChoices):
+        CHAT = "chat", "via chat"
+        API = "api", "via API"
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="usage")
+    provider = models.ForeignKey(Provider, on_delete=models.SET_NULL, null=True, blank=True)
+    message = models.OneToOneField(Message, on_delete=models.SET_NULL, null=True, blank=True, related_name="usage")
+    source = models.CharField(max_length=4, choices=Source.choices, default=Source.CHAT, db_index=True)
+    model = models.CharField(max_length=300, db_index=True)
+    upstream_id = models.CharField("upstream id", max_length=200, blank=True)
+    request_id = models.CharField("request id", max_length=200, blank=True)
+    prompt_tokens = models.PositiveIntegerField(default=0)
+    completion_tokens = models.PositiveIntegerField(default=0)
+    reasoning_tokens = models.PositiveIntegerField(default=0)
+    total_tokens = models.PositiveIntegerField(default=0)
+    cost = models.DecimalField("cost (USD)", max_digits=14, decimal_places=8, null=True, blank=True)
+    ttft_ms = models.PositiveIntegerField("time to first token (ms)", null=True, blank=True)
+    duration_ms = models.PositiveIntegerField(null=True, blank=True)
+    tokens_per_second = models.FloatField(null=True, blank=True)
+    upstream_perf = models.JSONField("upstream's perf object", null=True, blank=True)
+    started = models.DateTimeField(default=timezone.now, db_index=True)
+    ended = models.DateTimeField(null=True, blank=True)
+    status = models.CharField(max_length=12, choices=Message.Status.choices, db_index=True)
+    finish_reason = models.CharField(max_length=30, blank=True)
+    error = models.TextField(blank=True)
+    estimated = models.BooleanField(default=False, help_text="The upstream sent no usage; counts are estimates.")
+
+    objects = UsageQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-started"]
+        verbose_name_plural = "usage"
+
+    def __str__(self) -> str:
+        return f"{self.model} for {self.user} at {self.started:%Y-%m-%d %H:%M}"
+
+    def as_frame(self) -> dict:
+        """The `usage` object of a `done` frame."""
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "reasoning_tokens": self.reasoning_tokens,
+            "total_tokens": self.total_tokens,
+            "cost": float(self.cost) if self.cost is not None else None,
+            "ttft_ms": self.ttft_ms,
+            "duration_ms": self.duration_ms,
+            "tokens_per_second": self.tokens_per_second,
+            "estimated": self.estimated,
+        }

@@ -1,0 +1,447 @@
+"""Streaming client for OpenAI-compatible chat completion upstreams (no Django here).
+
+Three dialects are understood (see docs/upstreams.md): i14 (reasoning in
+`delta.reasoning_content`, a usage-only chunk with `choices: []`, `x_i14_perf`),
+api14 (reasoning in `delta.reasoning`, usage with `cost` on the finish chunk,
+`:` keep-alive comments, mid-stream errors as a chunk with `error` and
+`finish_reason: "error"`) and infyrence (mid-stream errors as `data: {"error": ...}`
+followed by `[DONE]`, `X-Request-Id`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import weakref
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+import httpx
+import orjson
+
+from .sse import ServerSentEvent, SSEDecoder
+
+DONE = b"[DONE]"
+MAX_ERROR_BODY = 64 * 1024
+
+
+@dataclass(slots=True, frozen=True)
+class Timeouts:
+    """Connect and between-bytes read timeouts plus an overall deadline, in seconds."""
+
+    connect: float = 10.0
+    read: float = 300.0
+    deadline: float = 1800.0
+
+    def for_httpx(self) -> httpx.Timeout:
+        return httpx.Timeout(connect=self.connect, read=self.read, write=self.connect, pool=self.connect)
+
+
+class UpstreamError(Exception):
+    """The upstream refused, failed or broke off a request.
+
+    kind: "http" (an error status before the first byte), "connect", "timeout",
+    "cut" (the connection ended without a finish), "protocol" (a malformed frame)
+    or "stream" (an error the upstream reported mid-stream).
+    """
+
+    def __init__(
+        self,
+        kind: str,
+        message: str,
+        *,
+        status: int | None = None,
+        code: str | None = None,
+        body: bytes | None = None,
+        headers: httpx.Headers | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+        self.status = status
+        self.code = code
+        self.body = body
+        self.headers = headers or httpx.Headers()
+
+    @property
+    def retry_after(self) -> str | None:
+        return self.headers.get("retry-after")
+
+    @property
+    def request_id(self) -> str | None:
+        return self.headers.get("x-request-id")
+
+    def __str__(self) -> str:
+        prefix = f"upstream {self.status}" if self.status else f"upstream {self.kind}"
+        return f"{prefix}: {self.message}"
+
+
+# --- the shared client --------------------------------------------------------
+
+
+def make_client(max_connections: int = 1000, transport: str = "aiohttp") -> httpx.AsyncClient:
+    """A client for many concurrent long streams; `transport` is "aiohttp" or "httpx"."""
+    limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections // 4)
+    if transport == "aiohttp":
+        from httpx_aiohttp import HttpxAiohttpClient
+
+        return HttpxAiohttpClient(limits=limits, trust_env=False)
+    return httpx.AsyncClient(limits=limits, trust_env=False)
+
+
+# One client per event loop: a client's connections belong to the loop that opened them.
+_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = weakref.WeakKeyDictionary()
+
+
+def shared_client(max_connections: int = 1000, transport: str = "aiohttp") -> httpx.AsyncClient:
+    """This process's client for the running event loop, created on first use."""
+    loop = asyncio.get_running_loop()
+    client = _clients.get(loop)
+    if client is None or client.is_closed:
+        client = _clients[loop] = make_client(max_connections, transport)
+    return client
+
+
+async def close_shared_client() -> None:
+    """Close the running loop's client (tests and shutdown)."""
+    client = _clients.pop(asyncio.get_running_loop(), None)
+    if client is not None:
+        await client.aclose()
+
+
+# --- requests -----------------------------------------------------------------
+
+
+def _headers(api_key: str, *, stream: bool) -> dict[str, str]:
+    headers = {"Content-Type": "application/json", "Accept-Encoding": "identity"}
+    if stream:
+        headers["Accept"] = "text/event-stream"
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    return headers
+
+
+def endpoint(base_url: str, path: str) -> str:
+    return base_url.rstrip("/") + "/" + path.lstrip("/")
+
+
+def build_payload(
+    model: str,
+    messages: list[dict[str, Any]],
+    params: dict[str, Any] | None = None,
+    *,
+    max_tokens: int = 8192,
+) -> dict[str, Any]:
+    """A streaming request body: explicit max_tokens (i14 stops at 100 otherwise) and usage asked for."""
+    payload: dict[str, Any] = {"model": model, "messages": messages, **(params or {})}
+    payload.setdefault("max_tokens", max_tokens)
+    payload["stream"] = True
+    payload["stream_options"] = {**(payload.get("stream_options") or {}), "include_usage": True}
+    return payload
+
+
+async def _error_from(response: httpx.Response) -> UpstreamError:
+    body = b""
+    async for piece in response.aiter_bytes():
+        body += piece
+        if len(body) >= MAX_ERROR_BODY:
+            break
+    message, code = _describe_error_body(body, response.reason_phrase or "error")
+    return UpstreamError("http", message, status=response.status_code, code=code, body=body, headers=response.headers)
+
+
+def _describe_error_body(body: bytes, fallback: str) -> tuple[str, str | None]:
+    """The message and code from OpenAI-style `{"error": {...}}` bodies, whatever their variant."""
+    try:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        text = body.decode("utf-8", "replace").strip()
+        return (text[:500] or fallback), None
+    error = obj.get("error", obj) if isinstance(obj, dict) else obj
+    return describe_error(error, fallback)
+
+
+def describe_error(error: Any, fallback: str = "upstream error") -> tuple[str, str | None]:
+    """Turn an upstream error object (dict or string) into (message, code)."""
+    if isinstance(error, dict):
+        message = error.get("message") or error.get("detail") or fallback
+        code = error.get("code") or error.get("type")
+        return str(message), (str(code) if code is not None else None)
+    if isinstance(error, str) and error:
+        return error, None
+    return fallback, None
+
+
+class UpstreamStream:
+    """An open streaming response; iterate `events()` once."""
+
+    def __init__(self, response: httpx.Response, deadline_at: float) -> None:
+        self.response = response
+        self.deadline_at = deadline_at
+
+    @property
+    def request_id(self) -> str | None:
+        return self.response.headers.get("x-request-id")
+
+    async def events(self) -> AsyncIterator[ServerSentEvent]:
+        """Every SSE event (comment-only blocks included) as it arrives."""
+        decoder = SSEDecoder()
+        loop = asyncio.get_running_loop()
+        try:
+            async for piece in self.response.aiter_bytes():
+                for event in decoder.feed(piece):
+                    yield event
+                if loop.time() > self.deadline_at:
+                    raise UpstreamError("timeout", "the stream ran past its overall deadline")
+        except httpx.TimeoutException as exc:
+            raise UpstreamError("timeout", f"no data for too long ({type(exc).__name__})") from exc
+        except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
+            for event in decoder.close():
+                yield event
+            raise UpstreamError("cut", "the upstream connection ended mid-stream") from exc
+        for event in decoder.close():
+            yield event
+
+
+@asynccontextmanager
+async def open_stream(
+    client: httpx.AsyncClient,
+    base_url: str,
+    api_key: str,
+    payload: dict[str, Any],
+    timeouts: Timeouts = Timeouts(),
+) -> AsyncIterator[UpstreamStream]:
+    """POST a streaming chat completion; raise UpstreamError for any failure before the first byte."""
+    deadline_at = asyncio.get_running_loop().time() + timeouts.deadline
+    request = client.build_request(
+        "POST",
+        endpoint(base_url, "chat/completions"),
+        content=orjson.dumps(payload),
+        headers=_headers(api_key, stream=True),
+        timeout=timeouts.for_httpx(),
+    )
+    try:
+        response = await client.send(request, stream=True)
+    except httpx.TimeoutException as exc:
+        raise UpstreamError("timeout", "the upstream did not answer in time") from exc
+    except httpx.HTTPError as exc:
+        raise UpstreamError("connect", f"cannot reach the upstream ({type(exc).__name__})") from exc
+    try:
+        if response.status_code >= 400:
+            raise await _error_from(response)
+        yield UpstreamStream(response, deadline_at)
+    finally:
+        await response.aclose()
+
+
+async def post_json(
+    client: httpx.AsyncClient, base_url: str, api_key: str, payload: dict[str, Any], timeouts: Timeouts = Timeouts()
+) -> httpx.Response:
+    """A non-streaming chat completion; raise UpstreamError on an error status."""
+    try:
+        response = await client.post(
+            endpoint(base_url, "chat/completions"),
+            content=orjson.dumps(payload),
+            headers=_headers(api_key, stream=False),
+            timeout=httpx.Timeout(timeouts.read, connect=timeouts.connect),
+        )
+    except httpx.TimeoutException as exc:
+        raise UpstreamError("timeout", "the upstream did not answer in time") from exc
+    except httpx.HTTPError as exc:
+        raise UpstreamError("connect", f"cannot reach the upstream ({type(exc).__name__})") from exc
+    if response.status_code >= 400:
+        message, code = _describe_error_body(response.content, response.reason_phrase or "error")
+        raise UpstreamError(
+            "http", message, status=response.status_code, code=code, body=response.content, headers=response.headers
+        )
+    return response
+
+
+async def list_models(
+    client: httpx.AsyncClient, base_url: str, api_key: str, timeouts: Timeouts = Timeouts()
+) -> list[str]:
+    """The model ids from the upstream's GET /models."""
+    try:
+        response = await client.get(
+            endpoint(base_url, "models"),
+            headers=_headers(api_key, stream=False),
+            timeout=httpx.Timeout(timeouts.connect * 2, connect=timeouts.connect),
+        )
+    except httpx.HTTPError as exc:
+        raise UpstreamError("connect", f"cannot list models ({type(exc).__name__})") from exc
+    if response.status_code >= 400:
+        message, code = _describe_error_body(response.content, response.reason_phrase or "error")
+        raise UpstreamError("http", message, status=response.status_code, code=code, headers=response.headers)
+    try:
+        data = orjson.loads(response.content).get("data", [])
+        return [item["id"] for item in data if isinstance(item, dict) and isinstance(item.get("id"), str)]
+    except (orjson.JSONDecodeError, AttributeError) as exc:
+        raise UpstreamError("protocol", "the model list is not OpenAI's list shape") from exc
+
+
+# --- what a stream says -------------------------------------------------------
+
+
+@dataclass(slots=True)
+class StreamState:
+    """Accumulates one streamed completion, chunk by chunk (no I/O; times are passed in)."""
+
+    started_at: float
+    content: list[str] = field(default_factory=list)
+    reasoning: list[str] = field(default_factory=list)
+    tool_calls: dict[int, dict[str, Any]] = field(default_factory=dict)
+    finish_reason: str | None = None
+    usage: dict[str, Any] | None = None
+    perf: dict[str, Any] | None = None
+    error: Any = None
+    upstream_id: str = ""
+    model: str = ""
+    done: bool = False
+    first_token_at: float | None = None
+    ended_at: float | None = None
+
+    def feed(self, data: bytes, now: float) -> tuple[str, str]:
+        """Take one `data:` payload; return the (content, reasoning) text it added."""
+        if data == DONE:
+            self.done = True
+            return "", ""
+        try:
+            chunk = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            chunk = None
+        if not isinstance(chunk, dict):
+            raise UpstreamError("protocol", f"malformed event from the upstream: {data[:200]!r}")
+        return self.feed_chunk(chunk, now)
+
+    def feed_chunk(self, chunk: dict[str, Any], now: float) -> tuple[str, str]:
+        """Take one parsed chunk; return the (content, reasoning) text it added."""
+        if not self.upstream_id and isinstance(chunk.get("id"), str):
+            self.upstream_id = chunk["id"]
+            self.model = chunk.get("model") or ""
+        if chunk.get("error") is not None:
+            self.error = chunk["error"]
+        usage = chunk.get("usage")
+        if isinstance(usage, dict):
+            self.usage = usage
+        perf = chunk.get("x_i14_perf")
+        if isinstance(perf, dict):
+            self.perf = perf
+        content = reasoning = ""
+        choices = chunk.get("choices")
+        if choices and isinstance(choices, list):
+            choice = choices[0]
+            if isinstance(choice, dict):
+                delta = choice.get("delta") or choice.get("message") or {}
+                if isinstance(delta, dict):
+                    content = _text(delta.get("content"))
+                    reasoning = _text(delta.get("reasoning_content")) or _text(delta.get("reasoning"))
+                    if delta.get("tool_calls"):
+                        self._merge_tool_calls(delta["tool_calls"])
+                        if self.first_token_at is None:
+                            self.first_token_at = now
+                if choice.get("finish_reason"):
+                    self.finish_reason = str(choice["finish_reason"])
+        if content:
+            self.content.append(content)
+        if reasoning:
+            self.reasoning.append(reasoning)
+        if (content or reasoning) and self.first_token_at is None:
+            self.first_token_at = now
+        return content, reasoning
+
+    def _merge_tool_calls(self, fragments: Any) -> None:
+        for fragment in fragments if isinstance(fragments, list) else ():
+            if not isinstance(fragment, dict):
+                continue
+            call = self.tool_calls.setdefault(
+                int(fragment.get("index", 0)), {"id": "", "type": "function", "function": {"name": "", "arguments": ""}}
+            )
+            if fragment.get("id"):
+                call["id"] = fragment["id"]
+            if fragment.get("type"):
+                call["type"] = fragment["type"]
+            function = fragment.get("function") or {}
+            if function.get("name"):
+                call["function"]["name"] += function["name"]
+            if function.get("arguments"):
+                call["function"]["arguments"] += function["arguments"]
+
+    @property
+    def text(self) -> str:
+        return "".join(self.content)
+
+    @property
+    def reasoning_text(self) -> str:
+        return "".join(self.reasoning)
+
+    @property
+    def tool_call_list(self) -> list[dict[str, Any]]:
+        return [self.tool_calls[index] for index in sorted(self.tool_calls)]
+
+    @property
+    def finished(self) -> bool:
+        """The upstream said it was done (a finish_reason or [DONE])."""
+        return self.done or self.finish_reason is not None
+
+    def error_message(self) -> str:
+        return describe_error(self.error, "the upstream reported an error")[0]
+
+    def outcome(self) -> str:
+        """complete, failed (an upstream error) or interrupted (ended without a finish)."""
+        if self.error is not None or self.finish_reason == "error":
+            return "failed"
+        return "complete" if self.finished else "interrupted"
+
+    def metering(self, prompt_chars: int, now: float) -> dict[str, Any]:
+        """Usage in OpenAI's names plus timings; estimated from the text when the upstream sent none."""
+        ended = self.ended_at or now
+        usage = self.usage or {}
+        details = usage.get("completion_tokens_details") or {}
+        estimated = not usage
+        prompt = _int(usage.get("prompt_tokens"))
+        completion = _int(usage.get("completion_tokens"))
+        reasoning = _int(details.get("reasoning_tokens") if isinstance(details, dict) else None)
+        if estimated:
+            prompt = estimate_tokens(prompt_chars)
+            reasoning = estimate_tokens(sum(map(len, self.reasoning)))
+            arguments = sum(len(c["function"]["arguments"]) for c in self.tool_calls.values())
+            completion = estimate_tokens(sum(map(len, self.content)) + arguments) + reasoning
+        total = _int(usage.get("total_tokens")) or prompt + completion
+        ttft = None if self.first_token_at is None else self.first_token_at - self.started_at
+        generating = ended - (self.first_token_at or ended)
+        return {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "reasoning_tokens": reasoning,
+            "total_tokens": total,
+            "cost": _cost(usage.get("cost")),
+            "ttft_ms": None if ttft is None else round(ttft * 1000),
+            "duration_ms": round((ended - self.started_at) * 1000),
+            "tokens_per_second": round(completion / generating, 2) if completion and generating > 0 else None,
+            "estimated": estimated,
+        }
+
+
+def estimate_tokens(chars: int) -> int:
+    """A rough count for text the upstream did not meter: about four characters a token."""
+    return math.ceil(chars / 4)
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _cost(value: Any) -> Decimal | None:
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        return Decimal(str(value))
+    except InvalidOperation:
+        return None

@@ -1,0 +1,39 @@
+"""ASGI entry point: HTTP to Django (and the demo upstream under /_demo/), websockets to chat."""
+
+import os
+
+from django.core.asgi import get_asgi_application
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatsite.settings")
+django_http = get_asgi_application()
+
+from channels.routing import ProtocolTypeRouter  # noqa: E402  (needs the apps loaded)
+from django.conf import settings  # noqa: E402
+
+from chat.apps import prepare_to_serve  # noqa: E402
+from chat.routing import websocket_application  # noqa: E402
+
+
+def with_demo_upstream(app):
+    """Serve the built-in fake upstream at /_demo/ beside Django, for installs without a real one."""
+    from chat.fakeupstream import FakeUpstream
+    from chat.models import demo_api_key
+
+    demo = FakeUpstream(api_key=demo_api_key(), delay=0.03)
+
+    async def router(scope, receive, send):
+        if scope["type"] == "http" and scope["path"].startswith("/_demo/"):
+            return await demo(scope, receive, send)
+        return await app(scope, receive, send)
+
+    return router
+
+
+prepare_to_serve()
+
+application = ProtocolTypeRouter(
+    {
+        "http": with_demo_upstream(django_http) if settings.DEMO_UPSTREAM else django_http,
+        "websocket": websocket_application,
+    }
+)

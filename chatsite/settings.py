@@ -1,0 +1,203 @@
+"""Settings for the chat server, read from the environment (see .env.example)."""
+
+import os
+import secrets
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def env(name: str, default: str = "") -> str:
+    return os.environ.get(name, default)
+
+
+def env_bool(name: str, default: bool = False) -> bool:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    return value.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def env_list(name: str, default: str = "") -> list[str]:
+    return [item.strip() for item in env(name, default).split(",") if item.strip()]
+
+
+def env_number(name: str, default, kind=int):
+    value = env(name)
+    try:
+        return kind(value) if value else default
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be a number, not {value!r}") from None
+
+
+DEBUG = env_bool("DJANGO_DEBUG", False)
+# Behind TLS (directly or via a proxy): secure cookies, HSTS and the https redirect.
+HTTPS = env_bool("DJANGO_HTTPS", False)
+
+
+def _secret_key() -> str:
+    """The key from the environment, else one generated once and kept beside the code."""
+    key = env("DJANGO_SECRET_KEY")
+    if key:
+        return key
+    path = BASE_DIR / ".secret_key"
+    if not path.exists():
+        path.write_text(secrets.token_urlsafe(50))
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+SECRET_KEY = _secret_key()
+ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost")
+CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS")
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "channels",
+    "chat",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "chatsite.urls"
+ASGI_APPLICATION = "chatsite.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# SQLite by default: WAL lets readers run beside the writer, IMMEDIATE takes the
+# write lock at BEGIN so two writers queue on the busy timeout instead of failing.
+DATABASES = {
+    "default": dj_database_url.parse(env("DATABASE_URL", f"sqlite:///{BASE_DIR / 'db.sqlite3'}"), conn_max_age=0)
+}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    DATABASES["default"]["OPTIONS"] = {
+        "transaction_mode": "IMMEDIATE",
+        "timeout": 20,
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    }
+    if env("DATABASE_TEST_NAME"):
+        DATABASES["default"]["TEST"] = {"NAME": env("DATABASE_TEST_NAME")}
+
+REDIS_URL = env("REDIS_URL")
+if REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL], "capacity": 1000, "expiry": 60},
+        }
+    }
+else:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels.layers.InMemoryChannelLayer",
+            "CONFIG": {"capacity": 1000, "expiry": 60},
+        }
+    }
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = env("DJANGO_TIME_ZONE", "UTC")
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "staticfiles"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"
+        if DEBUG
+        else "whitenoise.storage.CompressedManifestStaticFilesStorage"
+    },
+}
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+SESSION_COOKIE_HTTPONLY = True
+if HTTPS:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_SSL_REDIRECT = True
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_HSTS_SECONDS = env_number("DJANGO_HSTS_SECONDS", 31536000)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_HSTS_PRELOAD = env_bool("DJANGO_HSTS_PRELOAD", False)
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env("LOG_LEVEL", "INFO")},
+    # httpx logs every request line at INFO; only our own summaries are wanted.
+    "loggers": {"httpx": {"level": "WARNING"}, "daphne": {"level": "WARNING"}},
+}
+
+# --- The chat itself -------------------------------------------------------
+# The default upstream; unset means the built-in demo upstream (chat/fakeupstream.py).
+UPSTREAM_BASE_URL = env("UPSTREAM_BASE_URL")
+UPSTREAM_API_KEY = env("UPSTREAM_API_KEY")
+UPSTREAM_MODEL = env("UPSTREAM_MODEL")
+UPSTREAM_NAME = env("UPSTREAM_NAME", "default")
+# Where this server itself listens, so the demo provider can reach /_demo/.
+PUBLIC_PORT = env_number("PORT", 8000)
+DEMO_UPSTREAM = env_bool("DEMO_UPSTREAM", not UPSTREAM_BASE_URL)
+
+UPSTREAM_MAX_TOKENS = env_number("UPSTREAM_MAX_TOKENS", 8192)
+UPSTREAM_CONNECT_TIMEOUT = env_number("UPSTREAM_CONNECT_TIMEOUT", 10.0, float)
+UPSTREAM_READ_TIMEOUT = env_number("UPSTREAM_READ_TIMEOUT", 300.0, float)
+UPSTREAM_DEADLINE = env_number("UPSTREAM_DEADLINE", 1800.0, float)
+UPSTREAM_MAX_CONNECTIONS = env_number("UPSTREAM_MAX_CONNECTIONS", 1000)
+UPSTREAM_MODELS_CACHE_SECONDS = env_number("UPSTREAM_MODELS_CACHE_SECONDS", 300)
+
+CHAT_MAX_CONTENT_BYTES = env_number("CHAT_MAX_CONTENT_BYTES", 100_000)
+# Deltas are coalesced for this long before one channel-layer message carries them.
+CHAT_COALESCE_MS = env_number("CHAT_COALESCE_MS", 30)
+CHAT_SAVE_INTERVAL = env_number("CHAT_SAVE_INTERVAL", 1.0, float)
+if not 0 < CHAT_COALESCE_MS <= 30:
+    raise ImproperlyConfigured("CHAT_COALESCE_MS must be between 1 and 30")

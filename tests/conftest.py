@@ -1,0 +1,140 @@
+"""Shared fixtures: the fake upstream on a real socket, providers, users, websocket clients."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import pytest
+import pytest_asyncio
+from asgiref.sync import sync_to_async
+from channels.layers import get_channel_layer
+from channels.testing import WebsocketCommunicator
+from django.conf import settings
+from django.test import Client
+
+from chat import generation, upstream
+from chat.fakeupstream import FakeUpstream
+from tests.fakeserver import FakeServer
+
+FAKE_KEY = "sk-fake-upstream-key-0123456789"
+DIALECTS = ["i14", "api14", "infyrence"]
+# The model each dialect's provider is asked for in the tests.
+MODELS = {
+    "i14": "i14-sugarglider-nemotron3-super-120B-v1",
+    "api14": "openai/gpt-5-mini",
+    "infyrence": "claude-sonnet-5",
+}
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(tmp_path_factory):
+    """A file, not memory, for the SQLite test database: a server subprocess must share it."""
+    database = settings.DATABASES["default"]
+    if database["ENGINE"].endswith("sqlite3"):
+        database.setdefault("TEST", {})["NAME"] = str(tmp_path_factory.mktemp("db") / "test.sqlite3")
+
+
+@dataclass
+class Fake:
+    app: FakeUpstream
+    url: str
+
+    def base_url(self, dialect: str) -> str:
+        return f"{self.url}/{dialect}/v1"
+
+
+@pytest.fixture(scope="session")
+def fake_server():
+    app = FakeUpstream(api_key=FAKE_KEY)
+    with FakeServer(app) as server:
+        yield Fake(app, server.url)
+
+
+@pytest.fixture
+def fake(fake_server):
+    """The fake upstream, its records cleared."""
+    fake_server.app.reset()
+    return fake_server
+
+
+@pytest.fixture
+def providers(fake, transactional_db):
+    """One provider per dialect, all pointing at the fake upstream; i14 lists its model itself."""
+    from chat.models import Provider
+
+    return {
+        dialect: Provider.objects.create(
+            name=dialect,
+            base_url=fake.base_url(dialect),
+            api_key=FAKE_KEY,
+            default_model=MODELS[dialect] if dialect == "i14" else "",
+        )
+        for dialect in DIALECTS
+    }
+
+
+@pytest.fixture
+def alice(django_user_model, transactional_db):
+    return django_user_model.objects.create_user("alice", password="alice-secret-pw")
+
+
+@pytest.fixture
+def bob(django_user_model, transactional_db):
+    return django_user_model.objects.create_user("bob", password="bob-secret-pw")
+
+
+def session_cookie(user) -> str:
+    client = Client()
+    client.force_login(user)
+    return client.cookies[settings.SESSION_COOKIE_NAME].value
+
+
+class Socket:
+    """A websocket client on the real consumer stack (origin check, session auth, routing)."""
+
+    def __init__(self, communicator: WebsocketCommunicator) -> None:
+        self.communicator = communicator
+
+    async def send(self, **frame) -> None:
+        await self.communicator.send_json_to(frame)
+
+    async def receive(self, timeout: float = 10) -> dict:
+        return await self.communicator.receive_json_from(timeout)
+
+    async def until(self, frame_type: str, timeout: float = 15) -> list[dict]:
+        """Every frame up to and including the first of `frame_type`."""
+        frames: list[dict] = []
+        async with asyncio.timeout(timeout):
+            while not frames or frames[-1]["type"] != frame_type:
+                frames.append(await self.receive(timeout))
+        return frames
+
+    async def nothing_more(self) -> bool:
+        return await self.communicator.receive_nothing(timeout=0.2)
+
+
+@pytest_asyncio.fixture
+async def connect():
+    """connect(user, origin=...) -> (accepted, close code, Socket); cleans up generations after."""
+    from chat.routing import websocket_application
+
+    opened: list[WebsocketCommunicator] = []
+
+    async def open_socket(user=None, origin: bytes = b"http://127.0.0.1:8000"):
+        headers = [(b"origin", origin), (b"host", b"127.0.0.1:8000")]
+        if user is not None:
+            cookie = await sync_to_async(session_cookie)(user)
+            headers.append((b"cookie", f"{settings.SESSION_COOKIE_NAME}={cookie}".encode()))
+        communicator = WebsocketCommunicator(websocket_application, "/ws/chat/", headers=headers)
+        accepted, code = await communicator.connect()
+        opened.append(communicator)
+        return accepted, code, Socket(communicator)
+
+    yield open_socket
+    for communicator in opened:
+        await communicator.disconnect()
+    async with asyncio.timeout(10):
+        await generation.wait_all()
+    await upstream.close_shared_client()
+    await get_channel_layer().flush()
