@@ -108,7 +108,6 @@ class Generation:
         self.window = settings.CHAT_COALESCE_MS / 1000
         loop = asyncio.get_running_loop()
         self.state = upstream.StreamState(started_at=loop.time())
-        self.request_id = ""
         self.seq = 0
         self._pending_content: list[str] = []
         self._pending_reasoning: list[str] = []
@@ -184,7 +183,7 @@ class Generation:
         job, state = self.job, self.state
         loop = asyncio.get_running_loop()
         async with upstream.open_stream(client(), job.base_url, job.api_key, job.payload, timeouts()) as stream:
-            self.request_id = stream.request_id or ""
+            state.request_id = stream.request_id or ""
             async for event in stream.events():
                 if event.data is None:
                     continue  # a keep-alive comment
@@ -318,7 +317,7 @@ class Generation:
             )
             Usage.objects.filter(pk=job.usage_id).update(
                 upstream_id=state.upstream_id,
-                request_id=self.request_id,
+                request_id=state.request_id,
                 upstream_perf=state.perf,
                 ended=now,
                 status=status,
@@ -332,7 +331,8 @@ class Generation:
 def _describe(exc: upstream.UpstreamError) -> str:
     """What the user reads under a failed answer."""
     if exc.kind == "http":
-        text = f"The upstream refused the request ({exc.status}): {exc.message}"
+        code = f" {exc.code}" if exc.code and exc.code != str(exc.status) else ""
+        text = f"The upstream refused the request ({exc.status}{code}): {exc.message}"
         if exc.retry_after:
             text += f" Retry after {exc.retry_after} s."
         return text

@@ -143,6 +143,16 @@ def build_payload(
     return payload
 
 
+def _request_failed(exc: httpx.HTTPError) -> UpstreamError:
+    """A timeout or a connection failure before any response."""
+    cause = exc.__cause__
+    # httpx-aiohttp maps a refused connection to ConnectTimeout; the OSError behind it tells the truth.
+    if isinstance(exc, httpx.TimeoutException) and not isinstance(cause, OSError):
+        return UpstreamError("timeout", "the upstream did not answer in time")
+    reason = getattr(cause, "strerror", None) or getattr(exc, "strerror", None) or type(cause or exc).__name__
+    return UpstreamError("connect", f"cannot connect ({reason})")
+
+
 async def _error_from(response: httpx.Response) -> UpstreamError:
     body = b""
     async for piece in response.aiter_bytes():
@@ -225,10 +235,8 @@ async def open_stream(
     )
     try:
         response = await client.send(request, stream=True)
-    except httpx.TimeoutException as exc:
-        raise UpstreamError("timeout", "the upstream did not answer in time") from exc
     except httpx.HTTPError as exc:
-        raise UpstreamError("connect", f"cannot reach the upstream ({type(exc).__name__})") from exc
+        raise _request_failed(exc) from exc
     try:
         if response.status_code >= 400:
             raise await _error_from(response)
@@ -248,10 +256,8 @@ async def post_json(
             headers=_headers(api_key, stream=False),
             timeout=httpx.Timeout(timeouts.read, connect=timeouts.connect),
         )
-    except httpx.TimeoutException as exc:
-        raise UpstreamError("timeout", "the upstream did not answer in time") from exc
     except httpx.HTTPError as exc:
-        raise UpstreamError("connect", f"cannot reach the upstream ({type(exc).__name__})") from exc
+        raise _request_failed(exc) from exc
     if response.status_code >= 400:
         message, code = _describe_error_body(response.content, response.reason_phrase or "error")
         raise UpstreamError(
@@ -271,7 +277,7 @@ async def list_models(
             timeout=httpx.Timeout(timeouts.connect * 2, connect=timeouts.connect),
         )
     except httpx.HTTPError as exc:
-        raise UpstreamError("connect", f"cannot list models ({type(exc).__name__})") from exc
+        raise _request_failed(exc) from exc
     if response.status_code >= 400:
         message, code = _describe_error_body(response.content, response.reason_phrase or "error")
         raise UpstreamError("http", message, status=response.status_code, code=code, headers=response.headers)
@@ -298,6 +304,7 @@ class StreamState:
     perf: dict[str, Any] | None = None
     error: Any = None
     upstream_id: str = ""
+    request_id: str = ""
     model: str = ""
     done: bool = False
     first_token_at: float | None = None

@@ -1,0 +1,412 @@
+"""The chat websocket through the real consumer stack, against the fake upstream on a socket."""
+
+import asyncio
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.test import override_settings
+
+from chat import generation
+from chat.models import Conversation, Message, Usage
+from tests.conftest import MODELS
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+I14 = MODELS["i14"]
+SLOW = "[[delay:20]] [[chunks:400]]"
+
+
+def joined(frames, field, message=None):
+    return "".join(f.get(field, "") for f in frames if f["type"] == "delta" and message in (None, f["message"]))
+
+
+async def first_delta(ws):
+    frames = await ws.until("delta")
+    return frames[-1], frames
+
+
+# --- a whole stream -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dialect", ["i14", "api14", "infyrence"])
+async def test_send_streams_deltas_and_stores_everything(connect, alice, providers, fake, dialect):
+    accepted, _, ws = await connect(alice)
+    assert accepted
+    model = {"api14": "deepseek/deepseek-r1"}.get(dialect, MODELS[dialect])
+    await ws.send(type="send", conversation=None, content="What is SSE?\nTell me.", model=model)
+    frames = await ws.until("done")
+    started, done = frames[0], frames[-1]
+    assert started["type"] == "started" and started["model"] == model and started["provider"] == dialect
+    assert done == {
+        "type": "done",
+        "message": started["message"],
+        "conversation": started["conversation"],
+        "status": "complete",
+        "finish_reason": "stop",
+        "usage": done["usage"],
+        "error": None,
+    }
+    deltas = [f for f in frames if f["type"] == "delta"]
+    assert [d["seq"] for d in deltas] == list(range(1, len(deltas) + 1))
+    assert all(d.get("content", "x") and d.get("reasoning", "x") for d in deltas)  # present only when non-empty
+
+    record = fake.app.last()
+    assert record.body["max_tokens"] == 8192 and record.body["stream_options"] == {"include_usage": True}
+    assert record.body["messages"] == [{"role": "user", "content": "What is SSE?\nTell me."}]
+
+    conversation = await Conversation.objects.aget(pk=started["conversation"])
+    assert conversation.title == "What is SSE?" and conversation.owner_id == alice.pk
+    assert conversation.model == f"{dialect}/{model}"
+    reply = await Message.objects.aget(pk=started["message"])
+    assert reply.status == "complete" and reply.finish_reason == "stop" and reply.model == model
+    assert reply.content == joined(frames, "content") and "You wrote" in reply.content
+    assert reply.reasoning == joined(frames, "reasoning")
+    assert (dialect == "infyrence") == (reply.reasoning == "")  # i14 and deepseek-r1 think first
+    user_message = await Message.objects.aget(pk=started["user_message"])
+    assert user_message.role == "user" and user_message.content == "What is SSE?\nTell me."
+
+    usage = await Usage.objects.select_related("provider").aget(message=reply)
+    sent = record.text().decode()
+    assert usage.provider.name == dialect and usage.source == "chat" and usage.user_id == alice.pk
+    assert not usage.estimated and usage.status == "complete"
+    assert usage.completion_tokens == done["usage"]["completion_tokens"] > 0
+    assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
+    assert usage.upstream_id and usage.upstream_id in sent
+    assert usage.ttft_ms is not None and usage.duration_ms >= usage.ttft_ms
+    assert usage.tokens_per_second and usage.ended
+    if dialect == "i14":
+        assert usage.upstream_perf.keys() == {"tokens_per_second", "generation_time_s", "time_to_first_token_s"}
+        assert usage.reasoning_tokens == done["usage"]["reasoning_tokens"] == 8
+    if dialect == "api14":
+        assert usage.cost is not None and usage.cost > 0 and done["usage"]["cost"] == float(usage.cost)
+        assert usage.reasoning_tokens == 8
+    if dialect == "infyrence":
+        assert usage.request_id and usage.request_id == record.id
+        assert usage.cost is None and done["usage"]["cost"] is None
+
+
+async def test_deltas_are_coalesced_not_one_frame_per_token(connect, alice, providers):
+    _, _, ws = await connect(alice)
+    await ws.send(type="send", conversation=None, content="[[chunks:2000]] [[reasoning:0]]", model=I14)
+    frames = await ws.until("done")
+    deltas = [f for f in frames if f["type"] == "delta"]
+    reply = await Message.objects.aget(pk=frames[0]["message"])
+    assert reply.content == joined(frames, "content") and len(reply.content) > 2000
+    # 2000 chunks arrive in well under a second; 30 ms windows give a few dozen frames at most.
+    assert len(deltas) < 200, len(deltas)
+
+
+async def test_a_second_message_sends_the_history_and_keeps_params(connect, alice, providers, fake):
+    _, _, ws = await connect(alice)
+    await ws.send(type="send", conversation=None, content="[[echo]] first", model=I14, params={"temperature": 0.2})
+    first = await ws.until("done")
+    conversation = first[0]["conversation"]
+    await ws.send(type="send", conversation=conversation, content="[[echo]] second")
+    second = await ws.until("done")
+    assert second[0]["conversation"] == conversation and second[0]["model"] == I14
+    body = fake.app.last().body
+    assert [m["role"] for m in body["messages"]] == ["user", "assistant", "user"]
+    assert body["messages"][1]["content"] == "first" and body["temperature"] == 0.2
+
+
+async def test_tool_calls_are_joined_by_index(connect, alice, providers):
+    _, _, ws = await connect(alice)
+    await ws.send(type="send", conversation=None, content="[[tools]]", model="claude-sonnet-5")
+    frames = await ws.until("done")
+    assert frames[-1]["finish_reason"] == "tool_calls" and frames[-1]["status"] == "complete"
+    reply = await Message.objects.aget(pk=frames[0]["message"])
+    assert [call["function"]["name"] for call in reply.tool_calls] == ["get_weather", "get_weather"]
+    assert all(call["function"]["arguments"].startswith("{") for call in reply.tool_calls)
+
+
+async def test_length_finish_is_kept_as_given(connect, alice, providers):
+    _, _, ws = await connect(alice)
+    await ws.send(type="send", conversation=None, content="[[length]]", model=I14, params={"max_tokens": 30})
+    frames = await ws.until("done")
+    assert (frames[-1]["status"], frames[-1]["finish_reason"]) == ("complete", "length")
+    reply = await Message.objects.aget(pk=frames[0]["message"])
+    assert reply.finish_reason == "length" and reply.reasoning
+
+
+# --- ending paths ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("dialect", "model", "fault", "status", "error"),
+    [
+        ("api14", "openai/gpt-5-mini", "midstream", "failed", "Provider disconnected"),
+        ("infyrence", "claude-sonnet-5", "midstream", "failed", "Upstream provider unavailable"),
+        ("i14", I14, "cut", "interrupted", "broke off"),
+        ("infyrence", "claude-sonnet-5", "eof", "interrupted", "closed the stream"),
+    ],
+)
+async def test_upstream_faults_mid_stream_keep_the_partial_text(
+    connect, alice, providers, dialect, model, fault, status, error
+):
+    _, _, ws = await connect(alice)
+    await ws.send(type="send", conversation=None, content=f"[[fault:{fault}]] [[chunks:40]]", model=model)
+    frames = await ws.until("done")
+    done = frames[-1]
+    assert done["status"] == status and error in done["error"]
+    reply = await Message.objects.aget(pk=frames[0]["message"])
+    assert reply.status == status and error in reply.error
+    assert reply.content and reply.content == joined(frames, "content")
+    usage = await Usage.objects.aget(message=reply)
+    assert usage.status == status and usage.estimated and usage.completion_tokens > 0
+    # the server keeps serving: the same socket streams again
+    await ws.send(type="send", conversation=frames[0]["conversation"], content="[[echo]] again")
+    assert (await ws.until("done"))[-1]["status"] == "complete"
+
+
+@pytest.mark.parametrize(
+    ("dialect", "model", "code", "text"),
+    [
+        ("i14", I14, 401, "(401 invalid_api_key)"),
+        ("i14", "i14-other-model", 403, "model_not_allowed"),
+        ("api14", "openai/gpt-5-mini", 429, "Retry after 7 s"),
+        ("infyrence", "claude-sonnet-5", 500, "(500"),
+        ("api14", "openai/gpt-5-mini", 503, "(503"),
+    ],
+)
+async def test_errors_before_the_first_byte_fail_the_message(connect, alice, providers, dialect, model, code, text):
+    if model == "i14-other-model":
+        providers["i14"].model_list = f"{I14}\ni14-other-model"
+        await providers["i14"].asave()
+    _, _, ws = await connect(alice)
+    content = "hi" if code in (401, 403) else f"[[status:{code}]] hi"
+    if code == 401:
+        providers["i14"].api_key = "wrong"
+        await providers["i14"].asave()
+    await ws.send(type="send", conversation=None, content=content, model=model)
+    frames = await ws.until("done")
+    done = frames[-1]
+    assert done["status"] == "failed" and text in done["error"]
+    reply = await Message.objects.aget(pk=frames[0]["message"])
+    assert reply.status == "failed" and text in reply.error and reply.content == ""
+    assert (await Usage.objects.aget(message=reply)).status == "failed"
+
+
+async def test_unreachable_upstream_fails_cleanly(connect, alice, providers):
+    providers["infyrence"].base_url = "http://127.0.0.1:9/v1"
+    providers["infyrence"].model_list = "claude-sonnet-5"
+    await providers["infyrence"].asave()
+    _, _, ws = await connect(alice)
+    await ws.send(type="send", conversation=None, content="hi", model="claude-sonnet-5")
+    done = (await ws.until("done"))[-1]
+    assert done["status"] == "failed" and "Cannot reach the upstream" in done["error"]
+
+
+async def test_malformed_frame_from_upstream_fails_with_partial_text(connect, alice, providers):
+    _, _, ws = await connect(alice)
+    await ws.send(type="send", conversation=None, content="[[fault:malformed]] [[chunks:20]]", model="claude-sonnet-5")
+    frames = await ws.until("done")
+    assert frames[-1]["status"] == "failed" and "unreadable" in frames[-1]["error"]
+    reply = await Message.objects.aget(pk=frames[0]["message"])
+    assert reply.status == "failed" and reply.content == joined(frames, "content") != ""
+
+
+async def test_stop_closes_the_upstream_and_keeps_the_partial_text(connect, alice, providers, fake):
+    _, _, ws = await connect(alice)
+    await ws.send(type="send", conversation=None, content=SLOW, model=I14)
+    delta, frames = await first_delta(ws)
+    await ws.send(type="stop", message=delta["message"])
+    frames += await ws.until("done")
+    assert frames[-1]["status"] == "stopped"
+    record = fake.app.last()
+    assert await asyncio.to_thread(record.disconnected.wait, 1.0), "upstream connection still open after 1 s"
+    reply = await Message.objects.aget(pk=delta["message"])
+    assert reply.status == "stopped" and reply.reasoning + reply.content != ""
+    assert reply.content == joined(frames, "content") and reply.reasoning == joined(frames, "reasoning")
+    usage = await Usage.objects.aget(message=reply)
+    assert usage.status == "stopped" and usage.estimated and usage.completion_tokens > 0
+
+
+async def test_closing_the_tab_does_not_stop_the_stream_and_attach_resumes(connect, alice, providers):
+    _, _, first = await connect(alice)
+    await first.send(type="send", conversation=None, content="[[delay:10]] [[chunks:150]]", model=I14)
+    delta, before = await first_delta(first)
+    await first.communicator.disconnect()
+
+    _, _, second = await connect(alice)
+    await second.send(type="attach", conversation=before[0]["conversation"])
+    frames = await second.until("done")
+    attached, snapshot = frames[0], frames[1]
+    assert attached == {"type": "attached", "conversation": before[0]["conversation"], "message": delta["message"]}
+    assert snapshot["type"] == "snapshot" and snapshot["status"] == "streaming"
+    assert snapshot["content"].startswith(joined(before, "content"))
+    later = [f for f in frames[2:] if f["type"] == "delta"]
+    assert all(f["seq"] > snapshot["seq"] for f in later)
+    reply = await Message.objects.aget(pk=delta["message"])
+    assert reply.status == "complete"
+    assert snapshot["reasoning"] + joined(later, "reasoning") == reply.reasoning
+    assert snapshot["content"] + joined(later, "content") == reply.content
+
+
+async def test_attach_to_a_finished_conversation_says_nothing_streams(connect, alice, providers):
+    _, _, ws = await connect(alice)
+    await ws.send(type="send", conversation=None, content="[[echo]] hi", model=I14)
+    conversation = (await ws.until("done"))[0]["conversation"]
+    _, _, other = await connect(alice)
+    await other.send(type="attach", conversation=conversation)
+    assert await other.receive() == {"type": "attached", "conversation": conversation, "message": None}
+
+
+async def test_a_second_tab_watching_the_conversation_sees_the_stream(connect, alice, providers):
+    _, _, ws = await connect(alice)
+    await ws.send(type="send", conversation=None, content="[[echo]] one", model=I14)
+    conversation = (await ws.until("done"))[0]["conversation"]
+    _, _, watcher = await connect(alice)
+    await watcher.send(type="attach", conversation=conversation)
+    await watcher.until("attached")
+    await ws.send(type="send", conversation=conversation, content="[[echo]] two")
+    mine, theirs = await ws.until("done"), await watcher.until("done")
+    assert theirs[0]["type"] == "started" and joined(theirs, "content") == joined(mine, "content") == "two"
+
+
+async def test_one_stream_per_conversation(connect, alice, providers):
+    _, _, ws = await connect(alice)
+    await ws.send(type="send", conversation=None, content=SLOW, model=I14)
+    delta, _ = await first_delta(ws)
+    conversation = (await Message.objects.aget(pk=delta["message"])).conversation_id
+    await ws.send(type="send", conversation=conversation, content="again")
+    frames = await ws.until("error")
+    assert frames[-1]["code"] == "busy"
+    assert await Message.objects.filter(conversation_id=conversation).acount() == 2
+    await ws.send(type="stop", message=delta["message"])
+    await ws.until("done")
+
+
+async def test_text_is_saved_while_streaming(connect, alice, providers):
+    with override_settings(CHAT_SAVE_INTERVAL=0.05):
+        _, _, ws = await connect(alice)
+        await ws.send(type="send", conversation=None, content=SLOW, model=I14)
+        delta, _ = await first_delta(ws)
+        async with asyncio.timeout(5):
+            while not (reply := await Message.objects.aget(pk=delta["message"])).reasoning:
+                await ws.receive()  # the next delta: the stream goes on meanwhile
+        assert reply.status == "streaming"
+        await ws.send(type="stop", message=delta["message"])
+        await ws.until("done")
+
+
+async def test_server_shutdown_mid_stream_marks_interrupted(connect, alice, providers, fake):
+    _, _, ws = await connect(alice)
+    await ws.send(type="send", conversation=None, content=SLOW, model=I14)
+    delta, _ = await first_delta(ws)
+    (task,) = generation._tasks
+    task.cancel()
+    frames = await ws.until("done")
+    assert frames[-1]["status"] == "interrupted"
+    assert await asyncio.to_thread(fake.app.last().disconnected.wait, 1.0)
+    reply = await Message.objects.aget(pk=delta["message"])
+    assert reply.status == "interrupted" and (reply.content or reply.reasoning)
+
+
+async def test_messages_left_streaming_by_a_dead_process_become_interrupted(alice):
+    conversation = await Conversation.objects.acreate(owner=alice, title="t")
+    reply = await Message.objects.acreate(
+        conversation=conversation, role="assistant", status="streaming", content="half an ans"
+    )
+    await Usage.objects.acreate(user=alice, message=reply, model="m", status="streaming", prompt_tokens=5)
+    from chat.apps import prepare_to_serve
+
+    await sync_to_async(prepare_to_serve)()
+    await reply.arefresh_from_db()
+    assert reply.status == "interrupted" and reply.content == "half an ans" and "server stopped" in reply.error
+    usage = await Usage.objects.aget(message=reply)
+    assert usage.status == "interrupted" and usage.estimated and usage.completion_tokens == 3
+    assert usage.total_tokens == 8
+
+
+# --- refusals -------------------------------------------------------------------
+
+
+async def test_anonymous_user_is_refused(connect, providers):
+    accepted, code, _ = await connect(None)
+    assert not accepted and code == 4401
+
+
+async def test_foreign_origin_is_refused(connect, alice):
+    accepted, _, _ = await connect(alice, origin=b"https://evil.example")
+    assert not accepted
+
+
+BAD_FRAMES = [
+    ("not json", "bad_json"),
+    ("[1, 2]", "bad_frame"),
+    ('"send"', "bad_frame"),
+    ('{"content": "hi"}', "unknown_type"),
+    ('{"type": "dance"}', "unknown_type"),
+    ('{"type": "send"}', "bad_field"),
+    ('{"type": "send", "content": 5}', "bad_field"),
+    ('{"type": "send", "content": ""}', "empty_content"),
+    ('{"type": "send", "content": " \\n "}', "empty_content"),
+    ('{"type": "send", "content": "hi", "conversation": "1"}', "bad_field"),
+    ('{"type": "send", "content": "hi", "conversation": true}', "bad_field"),
+    ('{"type": "send", "content": "hi", "conversation": 999999}', "not_found"),
+    ('{"type": "send", "content": "hi", "model": 7}', "bad_field"),
+    ('{"type": "send", "content": "hi", "model": "no-such-model"}', "unknown_model"),
+    ('{"type": "send", "content": "hi", "params": []}', "bad_field"),
+    ('{"type": "send", "content": "hi", "params": {"temperature": 3}}', "bad_param"),
+    ('{"type": "send", "content": "hi", "params": {"temperature": true}}', "bad_param"),
+    ('{"type": "send", "content": "hi", "params": {"max_tokens": 1.5}}', "bad_param"),
+    ('{"type": "send", "content": "hi", "params": {"stop": ["a", "b", "c", "d", "e"]}}', "bad_param"),
+    ('{"type": "send", "content": "hi", "params": {"logit_bias": {}}}', "bad_param"),
+    ('{"type": "stop"}', "bad_field"),
+    ('{"type": "stop", "message": 424242}', "not_found"),
+    ('{"type": "attach", "conversation": null}', "bad_field"),
+    ('{"type": "attach", "conversation": 424242}', "not_found"),
+]
+
+
+async def test_bad_frames_get_an_error_and_the_socket_stays_open(connect, alice, providers):
+    _, _, ws = await connect(alice)
+    for text, code in BAD_FRAMES:
+        await ws.communicator.send_to(text_data=text)
+        reply = await ws.receive()
+        assert reply["type"] == "error" and reply["code"] == code and reply["detail"], (text, reply)
+        assert reply["message"] is None
+    await ws.communicator.send_to(bytes_data=b"\x00\x01")
+    assert (await ws.receive())["code"] == "bad_frame"
+    assert await Conversation.objects.acount() == 0 and await Message.objects.acount() == 0
+    await ws.send(type="send", conversation=None, content="[[echo]] still here", model=I14)
+    assert joined(await ws.until("done"), "content") == "still here"
+
+
+async def test_content_over_the_limit_is_refused(connect, alice, providers):
+    with override_settings(CHAT_MAX_CONTENT_BYTES=1000):
+        _, _, ws = await connect(alice)
+        await ws.send(type="send", conversation=None, content="é" * 501, model=I14)
+        assert (await ws.receive())["code"] == "too_long"
+        await ws.send(type="send", conversation=None, content="[[echo]]" + "é" * 496, model=I14)
+        assert (await ws.until("done"))[-1]["status"] == "complete"
+
+
+async def test_another_users_conversation_is_answered_like_a_missing_one(connect, alice, bob, providers):
+    _, _, ws = await connect(alice)
+    await ws.send(type="send", conversation=None, content=SLOW, model=I14)
+    delta, frames = await first_delta(ws)
+    conversation = frames[0]["conversation"]
+
+    _, _, intruder = await connect(bob)
+    for frame in (
+        {"type": "attach", "conversation": conversation},
+        {"type": "send", "conversation": conversation, "content": "mine now"},
+        {"type": "stop", "message": delta["message"]},
+    ):
+        await intruder.send(**frame)
+        reply = await intruder.receive()
+        assert reply["code"] == "not_found", frame
+    assert await intruder.nothing_more()  # bob sees no delta of alice's stream
+    assert await Message.objects.filter(conversation_id=conversation).acount() == 2
+
+    await ws.send(type="stop", message=delta["message"])
+    assert (await ws.until("done"))[-1]["status"] == "stopped"
+
+
+async def test_stop_of_a_finished_message(connect, alice, providers):
+    _, _, ws = await connect(alice)
+    await ws.send(type="send", conversation=None, content="[[echo]] hi", model=I14)
+    frames = await ws.until("done")
+    await ws.send(type="stop", message=frames[0]["message"])
+    assert (await ws.receive())["code"] == "not_streaming"

@@ -1,0 +1,267 @@
+"""The upstream client on every dialect and fault, over a real socket, with both transports."""
+
+import asyncio
+from decimal import Decimal
+
+import orjson
+import pytest
+import pytest_asyncio
+
+from chat import upstream
+from chat.sse import SSEDecoder
+from chat.upstream import StreamState, Timeouts, UpstreamError
+from tests.conftest import FAKE_KEY, MODELS
+from tests.seeds import API14_STREAM, I14_STREAM
+
+
+@pytest_asyncio.fixture(params=["aiohttp", "httpx"])
+async def client(request):
+    client = upstream.make_client(50, request.param)
+    yield client
+    await client.aclose()
+
+
+async def run(client, fake, dialect, content, *, model=None, timeouts=Timeouts(), key=FAKE_KEY, **params):
+    """Stream one request; return (state, events, error raised or None)."""
+    loop = asyncio.get_running_loop()
+    payload = upstream.build_payload(model or MODELS[dialect], [{"role": "user", "content": content}], params)
+    state, events, error = StreamState(started_at=loop.time()), [], None
+    try:
+        async with upstream.open_stream(client, fake.base_url(dialect), key, payload, timeouts) as stream:
+            state.request_id = stream.request_id or ""
+            async for event in stream.events():
+                events.append(event)
+                if event.data is not None:
+                    state.feed(event.data, loop.time())
+    except UpstreamError as exc:
+        error = exc
+    return state, events, error
+
+
+def sent_text(record, field):
+    """What the fake put in `field` of its deltas, read from the bytes it wrote."""
+    parts = []
+    for event in record.sent:
+        data = event.removeprefix(b"data: ").strip()
+        if data == b"[DONE]" or not data.startswith(b"{"):
+            continue
+        for choice in orjson.loads(data).get("choices") or []:
+            parts.append((choice.get("delta") or {}).get(field) or "")
+    return "".join(parts)
+
+
+# --- pure parts on the documents' own examples ----------------------------------------
+
+
+def feed_all(stream: bytes) -> StreamState:
+    state = StreamState(started_at=0.0)
+    decoder = SSEDecoder()
+    for i, event in enumerate(decoder.feed(stream) + decoder.close()):
+        state.feed(event.data, 1.0 + i)
+    return state
+
+
+def test_i14_example_state_and_metering():
+    state = feed_all(I14_STREAM)
+    assert (state.reasoning_text, state.text) == ("Okay, t", "\n\n**Ode")
+    assert state.done and state.finish_reason == "stop" and state.outcome() == "complete"
+    assert state.upstream_id == "req_5037a8cd7b5c48db8defd10bef0adb77"
+    assert state.perf == {"tokens_per_second": 36.328, "generation_time_s": 23.9208, "time_to_first_token_s": 0.0957}
+    usage = state.metering(prompt_chars=1000, now=11.0)
+    assert usage["prompt_tokens"] == 45 and usage["completion_tokens"] == 869
+    assert usage["reasoning_tokens"] == 753 and usage["total_tokens"] == 914
+    assert usage["cost"] is None and usage["estimated"] is False
+    assert usage["ttft_ms"] == 1000 and usage["duration_ms"] == 11000
+    assert usage["tokens_per_second"] == round(869 / 10, 2)
+
+
+def test_api14_example_cost_is_kept_exactly():
+    state = feed_all(API14_STREAM)
+    assert state.text == "Hello!" and state.upstream_id == "gen-1760000000-abc"
+    usage = state.metering(prompt_chars=40, now=5.0)
+    assert usage["cost"] == Decimal("0.0000085") and usage["total_tokens"] == 13 and not usage["estimated"]
+
+
+def test_without_usage_the_counts_are_estimated():
+    state = StreamState(started_at=0.0)
+    state.feed(b'{"choices":[{"delta":{"content":"abcdefgh"}}]}', 0.5)
+    state.feed(b'{"choices":[{"delta":{"reasoning":"abcd"}}]}', 0.6)
+    usage = state.metering(prompt_chars=41, now=2.5)
+    assert usage["estimated"] and usage["prompt_tokens"] == 11
+    assert usage["completion_tokens"] == 3 and usage["reasoning_tokens"] == 1 and usage["total_tokens"] == 14
+    assert state.outcome() == "interrupted"
+
+
+def test_malformed_payloads_are_protocol_errors():
+    for data in (b"{oops", b"[1]", b'"text"'):
+        with pytest.raises(UpstreamError) as caught:
+            StreamState(started_at=0).feed(data, 0)
+        assert caught.value.kind == "protocol"
+
+
+def test_build_payload_always_sets_max_tokens_and_usage():
+    payload = upstream.build_payload("m", [], {"temperature": 0.5}, max_tokens=8192)
+    assert payload == {
+        "model": "m",
+        "messages": [],
+        "temperature": 0.5,
+        "max_tokens": 8192,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    assert upstream.build_payload("m", [], {"max_tokens": 10})["max_tokens"] == 10
+
+
+# --- each dialect over the wire ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("dialect", ["i14", "api14", "infyrence"])
+async def test_each_dialect_streams_reasoning_content_and_usage(client, fake_server, dialect):
+    fake = fake_server
+    model = "deepseek/deepseek-r1" if dialect == "api14" else None
+    state, events, error = await run(client, fake, dialect, "hello", model=model)
+    record = fake.app.last()
+    assert error is None and state.outcome() == "complete" and state.done
+    # every byte the fake wrote arrives as the raw bytes of an event
+    assert [e.raw for e in events if e.data is not None] == record.sent
+    assert state.text == sent_text(record, "content") != ""
+    reasoning_field = {"i14": "reasoning_content", "api14": "reasoning", "infyrence": "reasoning"}[dialect]
+    assert state.reasoning_text == sent_text(record, reasoning_field)
+    assert (state.reasoning_text != "") == (dialect != "infyrence")
+    assert state.usage["completion_tokens"] > 0
+    if dialect == "api14":
+        assert events[0].data is None and events[0].raw == b": api14 PROCESSING\n\n"
+        assert state.usage["cost"] > 0
+    if dialect == "i14":
+        assert state.perf and state.usage["completion_tokens_details"]["reasoning_tokens"] == 8
+    if dialect == "infyrence":
+        assert state.request_id == record.id
+
+
+async def test_i14_without_max_tokens_stops_at_100(client, fake_server):
+    loop = asyncio.get_running_loop()
+    payload = {"model": MODELS["i14"], "messages": [{"role": "user", "content": "[[chunks:300]]"}], "stream": True}
+    state = StreamState(started_at=loop.time())
+    async with upstream.open_stream(client, fake_server.base_url("i14"), FAKE_KEY, payload) as stream:
+        async for event in stream.events():
+            if event.data is not None:
+                state.feed(event.data, loop.time())
+    assert state.finish_reason == "length" and state.usage["completion_tokens"] == 100
+
+
+async def test_tool_calls_and_length(client, fake_server):
+    state, _, _ = await run(client, fake_server, "infyrence", "[[tools]]")
+    assert state.finish_reason == "tool_calls"
+    calls = state.tool_call_list
+    assert [c["id"].startswith("call_") for c in calls] == [True, True]
+    assert [orjson.loads(c["function"]["arguments"])["city"] for c in calls] == ["Paris", "Tokyo"]
+    state, _, _ = await run(client, fake_server, "api14", "[[length]]")
+    assert state.finish_reason == "length" and state.outcome() == "complete"
+
+
+async def test_comment_lines_between_chunks_are_skipped(client, fake_server):
+    state, events, _ = await run(client, fake_server, "infyrence", "[[comment]] [[echo]] a b c d e f")
+    assert any(e.data is None for e in events) and state.text == "a b c d e f"
+
+
+# --- faults -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("dialect", "model", "status", "code", "retry_after"),
+    [
+        ("i14", None, 401, "invalid_api_key", None),
+        ("api14", None, 401, "401", None),
+        ("infyrence", None, 401, None, None),
+        ("i14", "gpt-4o", 403, "model_not_allowed", None),
+        ("infyrence", "no-such-model", 404, "model_not_found", None),
+        ("api14", None, 429, "429", "7"),
+        ("infyrence", None, 429, None, "7"),
+        ("i14", None, 500, None, None),
+        ("infyrence", None, 503, None, None),
+    ],
+)
+async def test_errors_before_the_first_byte(client, fake_server, dialect, model, status, code, retry_after):
+    key = "wrong-key" if status == 401 else FAKE_KEY
+    content = "hi" if status in (401, 403, 404) else f"[[status:{status}]] hi"
+    _, events, error = await run(client, fake_server, dialect, content, model=model, key=key)
+    assert events == [] and error is not None and error.kind == "http"
+    assert error.status == status and error.message and error.retry_after == retry_after
+    if code:
+        assert error.code == code
+    if dialect == "infyrence":
+        assert error.request_id and error.request_id.encode() in error.body
+
+
+async def test_cut_connection_raises_cut_and_keeps_the_text(client, fake_server):
+    state, _, error = await run(client, fake_server, "i14", "[[fault:cut]] [[chunks:40]]")
+    assert error is not None and error.kind == "cut"
+    assert state.text == sent_text(fake_server.app.last(), "content") != "" and not state.finished
+
+
+async def test_clean_end_without_finish_is_interrupted(client, fake_server):
+    state, _, error = await run(client, fake_server, "infyrence", "[[fault:eof]] [[chunks:40]]")
+    assert error is None and state.outcome() == "interrupted" and state.text
+
+
+@pytest.mark.parametrize(("dialect", "message"), [("api14", "Provider disconnected"), ("infyrence", "unavailable")])
+async def test_mid_stream_errors(client, fake_server, dialect, message):
+    state, _, error = await run(client, fake_server, dialect, "[[fault:midstream]] [[chunks:40]]")
+    assert error is None and state.outcome() == "failed" and message in state.error_message() and state.text
+    assert state.done == (dialect == "infyrence")  # infyrence sends [DONE] after its error
+
+
+async def test_cancelling_a_reader_closes_the_upstream_connection(client, fake_server):
+    first = asyncio.Event()
+
+    async def read():
+        await run_until_first(client, fake_server, first)
+
+    task = asyncio.create_task(read())
+    await first.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert await asyncio.to_thread(fake_server.app.last().disconnected.wait, 1.0)
+
+
+async def run_until_first(client, fake, first: asyncio.Event):
+    payload = upstream.build_payload(MODELS["i14"], [{"role": "user", "content": "[[delay:50]] [[chunks:200]]"}])
+    async with upstream.open_stream(client, fake.base_url("i14"), FAKE_KEY, payload) as stream:
+        async for event in stream.events():
+            if event.data is not None:
+                first.set()
+
+
+async def test_read_timeout_and_overall_deadline(client, fake_server):
+    _, _, error = await run(client, fake_server, "infyrence", "[[delay:2000]] hi", timeouts=Timeouts(read=0.2))
+    assert error.kind == "timeout"
+    _, _, error = await run(
+        client, fake_server, "infyrence", "[[delay:20]] [[chunks:500]]", timeouts=Timeouts(deadline=0.2)
+    )
+    assert error.kind == "timeout" and "deadline" in error.message
+
+
+async def test_unreachable_upstream(client):
+    payload = upstream.build_payload("m", [])
+    with pytest.raises(UpstreamError) as caught:
+        async with upstream.open_stream(client, "http://127.0.0.1:9/v1", "k", payload):
+            pass
+    assert caught.value.kind == "connect"
+
+
+@pytest.mark.parametrize("dialect", ["i14", "api14", "infyrence"])
+async def test_list_models(client, fake_server, dialect):
+    ids = await upstream.list_models(client, fake_server.base_url(dialect), FAKE_KEY)
+    assert MODELS[dialect] in ids
+    with pytest.raises(UpstreamError) as caught:
+        await upstream.list_models(client, fake_server.base_url(dialect), "bad")
+    assert caught.value.status == 401
+
+
+async def test_shared_client_is_one_per_loop():
+    first = upstream.shared_client()
+    assert upstream.shared_client() is first
+    await upstream.close_shared_client()
+    assert upstream.shared_client() is not first
+    await upstream.close_shared_client()
