@@ -1,6 +1,6 @@
 """Streaming client for OpenAI-compatible chat completion upstreams (no Django here).
 
-Three dialects are understood (see docs/upstreams.md): i14 (reasoning in
+Three dialects are understood (README, "Providers"): i14 (reasoning in
 `delta.reasoning_content`, a usage-only chunk with `choices: []`, `x_i14_perf`),
 api14 (reasoning in `delta.reasoning`, usage with `cost` on the finish chunk,
 `:` keep-alive comments, mid-stream errors as a chunk with `error` and

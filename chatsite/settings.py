@@ -107,8 +107,6 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "timeout": 20,
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
     }
-    if env("DATABASE_TEST_NAME"):
-        DATABASES["default"]["TEST"] = {"NAME": env("DATABASE_TEST_NAME")}
 
 REDIS_URL = env("REDIS_URL")
 if REDIS_URL:
@@ -166,7 +164,7 @@ if HTTPS:
     CSRF_COOKIE_SECURE = True
     SECURE_HSTS_SECONDS = env_number("DJANGO_HSTS_SECONDS", 31536000)
     SECURE_HSTS_INCLUDE_SUBDOMAINS = True
-    SECURE_HSTS_PRELOAD = env_bool("DJANGO_HSTS_PRELOAD", False)
+    SECURE_HSTS_PRELOAD = env_bool("DJANGO_HSTS_PRELOAD", True)
 
 LOGGING = {
     "version": 1,

@@ -11,11 +11,13 @@ from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 from django.conf import settings
+from django.core.management import call_command
 from django.test import Client
 
 from chat import generation, upstream
 from chat.fakeupstream import FakeUpstream
 from tests.fakeserver import FakeServer
+from tests.live import LiveServer, database_url
 
 FAKE_KEY = "sk-fake-upstream-key-0123456789"
 DIALECTS = ["i14", "api14", "infyrence"]
@@ -33,6 +35,21 @@ def django_db_modify_db_settings(tmp_path_factory):
     database = settings.DATABASES["default"]
     if database["ENGINE"].endswith("sqlite3"):
         database.setdefault("TEST", {})["NAME"] = str(tmp_path_factory.mktemp("db") / "test.sqlite3")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def static_files():
+    """Hashed static files, as production serves them (DEBUG is off in tests too)."""
+    call_command("collectstatic", interactive=False, verbosity=0)
+
+
+@pytest.fixture(scope="session")
+def server(django_db_setup, django_db_blocker):
+    """The real server (daphne, in a subprocess) on the test database, for the whole session."""
+    from django.db import connection
+
+    with LiveServer({"DATABASE_URL": database_url(connection.settings_dict)}) as live:
+        yield live
 
 
 @dataclass

@@ -1,0 +1,88 @@
+"""The real server for tests: daphne in a subprocess, on a socket bound here, sharing the test database."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def database_url(settings_dict: dict) -> str:
+    """The URL of the (test) database the pytest process uses, for the server to share."""
+    if settings_dict["ENGINE"].endswith("sqlite3"):
+        return f"sqlite:///{settings_dict['NAME']}"
+    user = settings_dict.get("USER") or ""
+    password = f":{settings_dict['PASSWORD']}" if settings_dict.get("PASSWORD") else ""
+    at = "@" if user else ""
+    host = settings_dict.get("HOST") or "127.0.0.1"
+    port = f":{settings_dict['PORT']}" if settings_dict.get("PORT") else ""
+    return f"postgres://{user}{password}{at}{host}{port}/{settings_dict['NAME']}"
+
+
+class LiveServer:
+    """`daphne chatsite.asgi:application` on 127.0.0.1:<free port>, logs kept for assertions."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(1024)
+        self.port = self.sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "chatsite.settings",
+            "DJANGO_ALLOWED_HOSTS": "127.0.0.1,localhost",
+            "DEMO_UPSTREAM": "0",
+            "PORT": str(self.port),
+            "PYTHONUNBUFFERED": "1",
+            **env,
+        }
+        self.log = tempfile.NamedTemporaryFile(prefix="daphne-", suffix=".log", delete=False)
+        self.process: subprocess.Popen | None = None
+
+    def start(self, timeout: float = 30) -> str:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "daphne", "--fd", str(self.sock.fileno()), "chatsite.asgi:application"],
+            cwd=ROOT,
+            env=self.env,
+            pass_fds=[self.sock.fileno()],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+        # The socket already listens, so this request waits in its backlog until daphne
+        # accepts it: an answer means the server is up, with no polling.
+        try:
+            httpx.get(self.url + "/admin/login/", timeout=timeout)
+        except httpx.HTTPError as exc:
+            raise RuntimeError(f"daphne did not answer ({exc!r}):\n{self.output()}") from None
+        return self.url
+
+    def output(self) -> str:
+        return Path(self.log.name).read_text(errors="replace")
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.sock.close()
+        self.log.close()
+        os.unlink(self.log.name)
+
+    def __enter__(self) -> LiveServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()

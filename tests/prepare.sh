@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# What the tests need outside Python: Debian's Chromium, and PostgreSQL and Redis running.
+set -euo pipefail
+
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+apt_install() {
+  as_root apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+if [ ! -x /usr/bin/chromium ]; then
+  echo "tests/prepare.sh: installing Debian's chromium"
+  apt_install chromium
+fi
+
+if ! command -v pg_ctlcluster >/dev/null; then
+  echo "tests/prepare.sh: installing PostgreSQL"
+  apt_install postgresql
+fi
+if ! pg_isready -q -h 127.0.0.1 -p 5432; then
+  echo "tests/prepare.sh: starting PostgreSQL"
+  as_root pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | tail -n 1)" main start
+fi
+
+if ! command -v redis-server >/dev/null; then
+  echo "tests/prepare.sh: installing Redis"
+  apt_install redis-server
+fi
+if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
+  echo "tests/prepare.sh: starting Redis"
+  as_root redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no
+fi
+
+for _ in $(seq 50); do
+  if pg_isready -q -h 127.0.0.1 -p 5432 && redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
+    exit 0
+  fi
+  sleep 0.2
+done
+echo "tests/prepare.sh: PostgreSQL or Redis did not come up" >&2
+exit 1

@@ -1,0 +1,103 @@
+"""Staff pages: providers with a write-only key, conversations with messages, usage with totals."""
+
+from decimal import Decimal
+
+import pytest
+
+from chat.models import Conversation, Message, Provider, Usage
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def staff_client(client, django_user_model):
+    client.force_login(django_user_model.objects.create_superuser("root", password="root-pw-123456"))
+    return client
+
+
+@pytest.fixture
+def provider():
+    return Provider.objects.create(name="i14", base_url="https://api.i14.ai/v1", api_key="sk-very-secret-key-42")
+
+
+def test_provider_key_is_never_rendered(staff_client, provider):
+    for url in ("/admin/chat/provider/", f"/admin/chat/provider/{provider.pk}/change/"):
+        page = staff_client.get(url)
+        assert page.status_code == 200 and b"sk-very-secret-key-42" not in page.content
+    assert b"api.i14.ai" in staff_client.get("/admin/chat/provider/").content
+
+
+def test_saving_a_provider_with_an_empty_key_keeps_the_key(staff_client, provider):
+    data = {"name": "i14", "base_url": "https://api.i14.ai/v1", "api_key": "", "default_model": "m", "model_list": ""}
+    response = staff_client.post(f"/admin/chat/provider/{provider.pk}/change/", {**data, "enabled": "on"})
+    assert response.status_code == 302
+    provider.refresh_from_db()
+    assert provider.api_key == "sk-very-secret-key-42" and provider.default_model == "m"
+    staff_client.post(f"/admin/chat/provider/{provider.pk}/change/", {**data, "api_key": "new-key", "enabled": "on"})
+    provider.refresh_from_db()
+    assert provider.api_key == "new-key"
+
+
+@pytest.fixture
+def history(django_user_model, provider):
+    alice = django_user_model.objects.create_user("alice")
+    bob = django_user_model.objects.create_user("bob")
+    conversation = Conversation.objects.create(owner=alice, title="Ocean poems", model="i14/m")
+    Message.objects.create(conversation=conversation, role="user", content="Write a poem")
+    reply = Message.objects.create(
+        conversation=conversation,
+        role="assistant",
+        content="Waves",
+        reasoning="Let me think about waves",
+        status="stopped",
+    )
+    Usage.objects.create(
+        user=alice,
+        provider=provider,
+        message=reply,
+        model="model-a",
+        status="stopped",
+        prompt_tokens=10,
+        completion_tokens=20,
+        reasoning_tokens=5,
+        total_tokens=30,
+        cost=Decimal("0.25"),
+        ttft_ms=120,
+    )
+    Usage.objects.create(
+        user=bob,
+        provider=provider,
+        model="model-b",
+        status="complete",
+        source="api",
+        prompt_tokens=1,
+        completion_tokens=2,
+        total_tokens=3,
+        cost=Decimal("0.5"),
+    )
+    return conversation
+
+
+def test_conversation_shows_its_messages_with_reasoning_and_status(staff_client, history):
+    page = staff_client.get(f"/admin/chat/conversation/{history.pk}/change/").content.decode()
+    assert "Write a poem" in page and "Let me think about waves" in page and "stopped by the user" in page
+    listing = staff_client.get("/admin/chat/conversation/", {"q": "alice"}).content.decode()
+    assert "Ocean poems" in listing
+    assert "Ocean poems" not in staff_client.get("/admin/chat/conversation/", {"q": "bob"}).content.decode()
+
+
+def test_usage_list_filters_and_totals(staff_client, history):
+    def listing(**query):
+        response = staff_client.get("/admin/chat/usage/", query)
+        return [u.model for u in response.context["cl"].result_list], response.content.decode()
+
+    models, page = listing()
+    assert sorted(models) == ["model-a", "model-b"]
+    assert "2 streams" in page and "33 in all" in page and "$0.7500" in page
+    models, page = listing(source__exact="chat")
+    assert models == ["model-a"] and "1 streams" in page and "30 in all" in page and "(5 reasoning)" in page
+    models, page = listing(status__exact="complete", model="model-b")
+    assert models == ["model-b"] and "3 in all" in page
+    bob = history.owner.__class__.objects.get(username="bob")
+    assert listing(user__id__exact=bob.pk)[0] == ["model-b"]
+    assert staff_client.get("/admin/chat/usage/add/").status_code == 403
