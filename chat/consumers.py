@@ -116,7 +116,13 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
     async def receive_json(self, content: Any, **kwargs) -> None:
         if not isinstance(content, dict):
             raise ChatError("bad_frame", "A frame must be a JSON object with a `type`.")
-        handler = {"send": self.on_send, "stop": self.on_stop, "attach": self.on_attach}.get(content.get("type"))
+        handler = {
+            "send": self.on_send,
+            "regenerate": self.on_regenerate,
+            "edit": self.on_edit,
+            "stop": self.on_stop,
+            "attach": self.on_attach,
+        }.get(content.get("type"))
         if handler is None:
             raise ChatError("unknown_type", f"Unknown frame type {content.get('type')!r}.")
         await handler(content)
@@ -132,21 +138,51 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
     # --- client frames --------------------------------------------------------
 
     async def on_send(self, fields: dict) -> None:
-        conversation_id = parse_id(fields, "conversation", optional=True)
+        system_prompt = fields.get("system_prompt")
+        if system_prompt is not None and not isinstance(system_prompt, str):
+            raise ChatError("bad_field", "`system_prompt` must be a string.")
+        await self.start_turn(
+            fields,
+            conversation_id=parse_id(fields, "conversation", optional=True),
+            content=parse_content(fields.get("content")),
+            system_prompt=system_prompt,
+        )
+
+    async def on_regenerate(self, fields: dict) -> None:
+        await self.start_turn(fields, conversation_id=parse_id(fields, "conversation"))
+
+    async def on_edit(self, fields: dict) -> None:
+        message_id = parse_id(fields, "message")
         content = parse_content(fields.get("content"))
+        edited = (
+            await Message.objects.filter(pk=message_id, role=Message.Role.USER, conversation__owner=self.user)
+            .values_list("conversation_id", flat=True)
+            .afirst()
+        )
+        if edited is None:
+            raise ChatError("not_found", "No such message.")
+        await self.start_turn(fields, conversation_id=edited, content=content, edit=message_id)
+
+    async def start_turn(self, fields: dict, *, conversation_id: int | None, **turn) -> None:
+        """Resolve the model, store the turn, watch the conversation and start its generation."""
         model = fields.get("model")
         if model is not None and not isinstance(model, str):
             raise ChatError("bad_field", "`model` must be a string.")
         params = parse_params(fields.get("params"))
-        if not model and conversation_id is not None:
-            model = (
+        if conversation_id is not None:
+            stored = (
                 await Conversation.objects.owned_by(self.user)
                 .filter(pk=conversation_id)
                 .values_list("model", flat=True)
                 .afirst()
             )
+            if stored is None:
+                raise ChatError("not_found", "No such conversation.")
+            model = model or stored
         entry = await Provider.objects.aresolve(model)
-        turn = await database_sync_to_async(begin_turn)(self.user, conversation_id, content, entry, params)
+        turn = await database_sync_to_async(begin_turn)(
+            self.user, entry, params, conversation_id=conversation_id, **turn
+        )
         await self.watch(turn.conversation.pk)
         generation.start(Job.for_turn(turn, entry.provider, entry.model, turn.conversation.params))
 

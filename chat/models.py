@@ -289,25 +289,51 @@ class Turn:
     history: list[dict[str, str]]
 
 
-def begin_turn(user, conversation_id: int | None, content: str, entry: CatalogEntry, params: dict) -> Turn:
-    """Store the user's message and an empty streaming reply, unless a stream already runs there."""
+def begin_turn(
+    user,
+    entry: CatalogEntry,
+    params: dict,
+    *,
+    conversation_id: int | None = None,
+    content: str | None = None,
+    edit: int | None = None,
+    system_prompt: str | None = None,
+) -> Turn:
+    """Store the user's message (new, edited, or the last one again) and an empty streaming reply.
+
+    content alone: a new message. edit=<id of the last user message> with content:
+    replace its text and drop what followed. Neither: regenerate the last reply.
+    Refused while a reply streams in the conversation: one stream per conversation.
+    """
     with transaction.atomic():
         if conversation_id is None:
-            conversation = Conversation.objects.create(owner=user, title=Conversation.title_for(content))
+            conversation = Conversation.objects.create(owner=user, title=Conversation.title_for(content or ""))
         else:
             conversation = Conversation.objects.owned_by(user).select_for_update().filter(pk=conversation_id).first()
             if conversation is None:
                 raise ChatError("not_found", "No such conversation.")
             if conversation.messages.streaming().exists():
                 raise ChatError("busy", "A reply is still streaming in this conversation; stop it first.")
+        last_user = conversation.messages.filter(role=Message.Role.USER).last()
+        if edit is not None or content is None:
+            if last_user is None or (edit is not None and last_user.pk != edit):
+                raise ChatError("not_last", "Only the last message of a conversation can be edited or regenerated.")
+            if content is not None:
+                last_user.content = content
+                last_user.save(update_fields=["content"])
+            conversation.messages.filter(pk__gt=last_user.pk).delete()
+            user_message = last_user
+        else:
+            user_message = conversation.messages.create(role=Message.Role.USER, content=content)
         now = timezone.now()
         conversation.model = entry.qualified
         conversation.updated = now
         if params:
             merged = {**conversation.params, **params}
             conversation.params = {name: value for name, value in merged.items() if value is not None}
-        conversation.save(update_fields=["model", "updated", "params"])
-        user_message = conversation.messages.create(role=Message.Role.USER, content=content)
+        if system_prompt is not None:
+            conversation.system_prompt = system_prompt
+        conversation.save(update_fields=["model", "updated", "params", "system_prompt"])
         history = conversation.upstream_messages()
         reply = conversation.messages.create(
             role=Message.Role.ASSISTANT, status=Message.Status.STREAMING, model=entry.model, updated=now

@@ -1,20 +1,175 @@
-"""HTTP views of the chat app."""
+"""The chat page and the small JSON API it reads conversations through (session auth)."""
 
+from __future__ import annotations
+
+import functools
+import json
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
-from django.http import JsonResponse
+from django.http import HttpResponse, JsonResponse
+from django.middleware.csrf import get_token
+from django.shortcuts import get_object_or_404, render
+from django.views.decorators.http import require_GET, require_http_methods
 
-from .models import Provider
+from .consumers import parse_params
+from .generation import control_group
+from .models import ChatError, Conversation, Message, Provider
+
+MAX_TITLE = 200
+MAX_SYSTEM_PROMPT = 20_000
+
+
+@login_required
+def index(request, conversation_id: int | None = None):
+    """The chat page; /c/<id>/ opens a conversation (404 for anyone but its owner)."""
+    if conversation_id is not None:
+        get_object_or_404(Conversation.objects.owned_by(request.user), pk=conversation_id)
+    providers = list(Provider.objects.enabled())
+    config = {
+        "conversation": conversation_id,
+        "username": request.user.get_username(),
+        "wsPath": "/ws/chat/",
+        "maxContentBytes": settings.CHAT_MAX_CONTENT_BYTES,
+        "demoOnly": bool(providers) and all(p.is_demo for p in providers),
+        "noProvider": not providers,
+        "csrfToken": get_token(request),
+    }
+    return render(request, "chat/index.html", {"config": config})
+
+
+def api(view):
+    """JSON in and out for a signed-in user: 401 instead of a login redirect, ChatError as 400."""
+
+    @functools.wraps(view)
+    def wrapper(request, *args, **kwargs):
+        if not request.user.is_authenticated:
+            return error(401, "unauthenticated", "Sign in first.")
+        try:
+            return view(request, *args, **kwargs)
+        except ChatError as exc:
+            return error(404 if exc.code == "not_found" else 400, exc.code, exc.detail)
+
+    return wrapper
+
+
+def error(status: int, code: str, detail: str) -> JsonResponse:
+    return JsonResponse({"error": {"code": code, "detail": detail}}, status=status)
+
+
+def json_body(request) -> dict:
+    try:
+        body = json.loads(request.body or b"{}")
+    except ValueError:
+        raise ChatError("bad_json", "The body is not valid JSON.") from None
+    if not isinstance(body, dict):
+        raise ChatError("bad_json", "The body must be a JSON object.")
+    return body
 
 
 @login_required
 async def models_list(request):
-    """The models a user can pick, as `provider/model` ids with the provider's default first."""
+    """The models a user can pick: plain ids, `provider/model` ids, and the default."""
     catalog = await Provider.objects.acatalog()
+    default = None
+    if catalog:
+        first = catalog[0].provider
+        default = f"{first.name}/{first.default_model or catalog[0].model}"
     return JsonResponse(
         {
             "models": [
                 {"id": entry.model, "qualified": entry.qualified, "provider": entry.provider.name} for entry in catalog
             ],
+            "default": default,
             "demo_only": bool(catalog) and all(entry.provider.is_demo for entry in catalog),
         }
     )
+
+
+@require_GET
+@api
+def conversations(request):
+    """The user's conversations, newest first; `q` searches titles and message text."""
+    query = request.GET.get("q", "").strip()[:200]
+    rows = Conversation.objects.owned_by(request.user).search(query).values("id", "title", "model", "updated")[:500]
+    return JsonResponse({"conversations": [summary(row) for row in rows]})
+
+
+def summary(row: dict) -> dict:
+    return {**row, "updated": row["updated"].isoformat()}
+
+
+@require_http_methods(["GET", "PATCH", "DELETE"])
+@api
+def conversation(request, conversation_id: int):
+    """One conversation with its messages; PATCH title/system_prompt/params; DELETE."""
+    found = Conversation.objects.owned_by(request.user).filter(pk=conversation_id).first()
+    if found is None:
+        raise ChatError("not_found", "No such conversation.")
+    if request.method == "DELETE":
+        streaming = list(found.messages.streaming().values_list("pk", flat=True))
+        found.delete()
+        for message_id in streaming:  # its generation stops and finds nothing left to save
+            async_to_sync(get_channel_layer().group_send)(
+                control_group(conversation_id), {"type": "generation.stop", "message": message_id}
+            )
+        return HttpResponse(status=204)
+    if request.method == "PATCH":
+        update(found, json_body(request))
+    return JsonResponse(detail(found))
+
+
+def update(conversation: Conversation, body: dict) -> None:
+    fields = []
+    if "title" in body:
+        title = body["title"]
+        if not isinstance(title, str) or not title.strip():
+            raise ChatError("bad_field", "`title` must be a non-empty string.")
+        conversation.title = title.strip()[:MAX_TITLE]
+        fields.append("title")
+    if "system_prompt" in body:
+        prompt = body["system_prompt"]
+        if not isinstance(prompt, str) or len(prompt) > MAX_SYSTEM_PROMPT:
+            raise ChatError("bad_field", f"`system_prompt` must be a string of at most {MAX_SYSTEM_PROMPT} characters.")
+        conversation.system_prompt = prompt
+        fields.append("system_prompt")
+    if "params" in body:
+        merged = {**conversation.params, **parse_params(body["params"])}
+        conversation.params = {name: value for name, value in merged.items() if value is not None}
+        fields.append("params")
+    if not fields:
+        raise ChatError("bad_field", "Nothing to change: send title, system_prompt or params.")
+    conversation.save(update_fields=fields)
+
+
+def detail(conversation: Conversation) -> dict:
+    messages = conversation.messages.select_related("usage")
+    streaming = next((m.pk for m in messages if m.status == Message.Status.STREAMING), None)
+    return {
+        "id": conversation.pk,
+        "title": conversation.title,
+        "model": conversation.model,
+        "system_prompt": conversation.system_prompt,
+        "params": conversation.params,
+        "updated": conversation.updated.isoformat(),
+        "streaming": streaming,
+        "messages": [message_json(m) for m in messages],
+    }
+
+
+def message_json(message: Message) -> dict:
+    usage = getattr(message, "usage", None)
+    return {
+        "id": message.pk,
+        "role": message.role,
+        "content": message.content,
+        "reasoning": message.reasoning,
+        "status": message.status,
+        "finish_reason": message.finish_reason or None,
+        "error": message.error or None,
+        "model": message.model,
+        "created": message.created.isoformat(),
+        "usage": usage.as_frame() if usage is not None and message.status != Message.Status.STREAMING else None,
+    }

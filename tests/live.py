@@ -65,6 +65,12 @@ class LiveServer:
             raise RuntimeError(f"daphne did not answer ({exc!r}):\n{self.output()}") from None
         return self.url
 
+    def restart(self, timeout: float = 30) -> None:
+        """Kill the server process and start a new one on the same socket (a crash and a restart)."""
+        self.process.kill()
+        self.process.wait()
+        self.start(timeout)
+
     def output(self) -> str:
         return Path(self.log.name).read_text(errors="replace")
 
