@@ -3,7 +3,7 @@
 from django import forms
 from django.contrib import admin
 
-from .models import Conversation, Message, Provider, Usage
+from .models import ApiToken, Conversation, Message, Provider, Usage
 
 
 class ProviderForm(forms.ModelForm):
@@ -76,7 +76,15 @@ class UsageAdmin(admin.ModelAdmin):
         "status",
         "estimated",
     ]
-    list_filter = ["source", "status", "model", "estimated", "started", ("user", admin.RelatedOnlyFieldListFilter)]
+    list_filter = [
+        "source",
+        "status",
+        "model",
+        "estimated",
+        "started",
+        ("user", admin.RelatedOnlyFieldListFilter),
+        ("token", admin.RelatedOnlyFieldListFilter),
+    ]
     search_fields = ["user__username", "model", "upstream_id", "request_id"]
     list_select_related = ["user"]
     date_hierarchy = "started"
@@ -95,3 +103,25 @@ class UsageAdmin(admin.ModelAdmin):
             return response  # a redirect or an error page
         response.context_data["totals"] = queryset.totals()
         return response
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(admin.ModelAdmin):
+    """Every user's tokens; only a prefix is known here, the secret was shown once to its owner."""
+
+    list_display = ["name", "user", "prefix", "created", "last_used", "revoked"]
+    list_filter = [("revoked", admin.EmptyFieldListFilter), ("user", admin.RelatedOnlyFieldListFilter)]
+    search_fields = ["name", "prefix", "user__username"]
+    list_select_related = ["user"]
+    readonly_fields = ["user", "name", "prefix", "created", "last_used", "revoked"]
+    fields = readonly_fields
+    actions = ["revoke"]
+
+    def has_add_permission(self, request):
+        return False
+
+    @admin.action(description="Revoke the selected tokens")
+    def revoke(self, request, queryset):
+        for token in queryset:
+            token.revoke()
+        self.message_user(request, f"Revoked {queryset.count()} token(s).")

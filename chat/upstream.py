@@ -315,13 +315,7 @@ class StreamState:
         if data == DONE:
             self.done = True
             return "", ""
-        try:
-            chunk = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            chunk = None
-        if not isinstance(chunk, dict):
-            raise UpstreamError("protocol", f"malformed event from the upstream: {data[:200]!r}")
-        return self.feed_chunk(chunk, now)
+        return self.feed_chunk(parse_chunk(data), now)
 
     def feed_chunk(self, chunk: dict[str, Any], now: float) -> tuple[str, str]:
         """Take one parsed chunk; return the (content, reasoning) text it added."""
@@ -430,6 +424,17 @@ class StreamState:
             "tokens_per_second": round(completion / generating, 2) if completion and generating > 0 else None,
             "estimated": estimated,
         }
+
+
+def parse_chunk(data: bytes) -> dict[str, Any]:
+    """One `data:` payload as a JSON object, or a protocol error."""
+    try:
+        chunk = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        chunk = None
+    if not isinstance(chunk, dict):
+        raise UpstreamError("protocol", f"malformed event from the upstream: {data[:200]!r}")
+    return chunk
 
 
 def estimate_tokens(chars: int) -> int:

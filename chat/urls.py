@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from . import views
+from . import api, views
 
 urlpatterns = [
     path("", views.index, name="index"),
@@ -13,4 +13,8 @@ urlpatterns = [
     path("api/models", views.models_list, name="models"),
     path("api/conversations", views.conversations, name="conversations"),
     path("api/conversations/<int:conversation_id>", views.conversation, name="conversation-detail"),
+    path("settings/tokens/", views.tokens, name="tokens"),
+    path("settings/tokens/<int:token_id>/revoke/", views.revoke_token, name="revoke-token"),
+    path("v1/chat/completions", api.chat_completions, name="v1-chat-completions"),
+    path("v1/models", api.models, name="v1-models"),
 ]

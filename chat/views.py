@@ -11,12 +11,13 @@ from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.http import HttpResponse, JsonResponse
 from django.middleware.csrf import get_token
-from django.shortcuts import get_object_or_404, render
-from django.views.decorators.http import require_GET, require_http_methods
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from .consumers import parse_params
 from .generation import control_group
-from .models import ChatError, Conversation, Message, Provider
+from .models import ApiToken, ChatError, Conversation, Message, Provider
 
 MAX_TITLE = 200
 MAX_SYSTEM_PROMPT = 20_000
@@ -173,3 +174,34 @@ def message_json(message: Message) -> dict:
         "created": message.created.isoformat(),
         "usage": usage.as_frame() if usage is not None and message.status != Message.Status.STREAMING else None,
     }
+
+
+# --- personal API tokens -------------------------------------------------------
+
+
+@never_cache
+@login_required
+@require_http_methods(["GET", "POST"])
+def tokens(request):
+    """List the user's API tokens and create one; a new token's secret is shown on this response only."""
+    secret, problem = None, None
+    if request.method == "POST":
+        name = request.POST.get("name", "").strip()
+        if not name or len(name) > 100:
+            problem = "Give the token a name of at most 100 characters."
+        else:
+            _, secret = ApiToken.issue(request.user, name)
+    context = {
+        "tokens": request.user.api_tokens.all(),
+        "secret": secret,
+        "problem": problem,
+        "base_url": request.build_absolute_uri("/v1"),
+    }
+    return render(request, "tokens/list.html", context, status=400 if problem else 200)
+
+
+@login_required
+@require_POST
+def revoke_token(request, token_id: int):
+    get_object_or_404(ApiToken.objects.filter(user=request.user), pk=token_id).revoke()
+    return redirect("tokens")

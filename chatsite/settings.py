@@ -198,5 +198,10 @@ CHAT_MAX_CONTENT_BYTES = env_number("CHAT_MAX_CONTENT_BYTES", 100_000)
 # Deltas are coalesced for this long before one channel-layer message carries them.
 CHAT_COALESCE_MS = env_number("CHAT_COALESCE_MS", 30)
 CHAT_SAVE_INTERVAL = env_number("CHAT_SAVE_INTERVAL", 1.0, float)
+# The OpenAI-compatible API (/v1/): a comment line this often while the upstream is silent,
+# and whether API requests are also kept as conversations (off: only usage is recorded).
+API_HEARTBEAT_SECONDS = env_number("API_HEARTBEAT_SECONDS", 15.0, float)
+API_STORE_CONVERSATIONS = env_bool("API_STORE_CONVERSATIONS", False)
+
 if not 0 < CHAT_COALESCE_MS <= 30:
     raise ImproperlyConfigured("CHAT_COALESCE_MS must be between 1 and 30")

@@ -1,0 +1,266 @@
+"""The OpenAI-compatible API for the team: /v1/chat/completions and /v1/models, with personal tokens."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from contextlib import AsyncExitStack
+from datetime import timedelta
+
+import orjson
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.http import HttpResponse, StreamingHttpResponse
+from django.utils import timezone
+from django.views.decorators.csrf import csrf_exempt
+
+from . import upstream
+from .models import ApiToken, CatalogEntry, ChatError, Conversation, Message, Provider, Usage, client, timeouts
+from .relay import Relay, RequestError, error_body, parse_request, prompt_chars, upstream_body
+
+log = logging.getLogger(__name__)
+
+# Passed on from the upstream's response to the client's.
+PASSED_HEADERS = ("x-request-id", "retry-after")
+
+
+def openai_error(status: int, message: str, type: str, code: str | None = None) -> HttpResponse:
+    return HttpResponse(error_body(message, type, code), status=status, content_type="application/json")
+
+
+def unauthorized() -> HttpResponse:
+    response = openai_error(
+        401, "Missing or invalid API token. Send `Authorization: Bearer <token>`.", "invalid_request_error",
+        "invalid_api_key",
+    )  # fmt: skip
+    response["WWW-Authenticate"] = "Bearer"
+    return response
+
+
+async def authenticate(request) -> ApiToken | None:
+    """The token in `Authorization: Bearer …`; no other header or parameter is a credential."""
+    scheme, _, secret = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not secret.strip():
+        return None
+    token = await sync_to_async(ApiToken.objects.for_secret)(secret.strip())
+    if token is not None and (token.last_used is None or timezone.now() - token.last_used > timedelta(minutes=1)):
+        token.last_used = timezone.now()
+        await token.asave(update_fields=["last_used"])
+    return token
+
+
+class SSEResponse(StreamingHttpResponse):
+    """A stream whose upstream is closed even if the client leaves before the first byte."""
+
+    def __init__(self, relay, cleanup: AsyncExitStack, *args, **kwargs) -> None:
+        super().__init__(relay, *args, **kwargs)
+        self._cleanup = cleanup
+        self._loop = asyncio.get_running_loop()
+
+    def close(self) -> None:
+        # Django calls close() from a worker thread; the upstream belongs to the event loop.
+        # Closing an already closed stack does nothing.
+        self._loop.call_soon_threadsafe(self._loop.create_task, self._cleanup.aclose())
+        super().close()
+
+
+@csrf_exempt
+async def chat_completions(request):
+    if request.method != "POST":
+        return openai_error(405, "Use POST.", "invalid_request_error", "method_not_allowed")
+    token = await authenticate(request)
+    if token is None:
+        return unauthorized()
+    try:
+        body = parse_request(request.body)
+    except RequestError as exc:
+        return HttpResponse(exc.body(), status=exc.status, content_type="application/json")
+    try:
+        entry = await Provider.objects.aresolve(body["model"])
+    except ChatError as exc:
+        return openai_error(404, exc.detail, "invalid_request_error", "model_not_found")
+    payload, wants_usage = upstream_body(body, entry.model, settings.UPSTREAM_MAX_TOKENS)
+    meter = Meter(token, entry, body)
+    if body.get("stream"):
+        return await stream_completion(meter, payload, wants_usage)
+    return await complete(meter, payload)
+
+
+async def stream_completion(meter: Meter, payload: dict, wants_usage: bool) -> HttpResponse:
+    provider = meter.entry.provider
+    cleanup = AsyncExitStack()
+    try:
+        stream = await cleanup.enter_async_context(
+            upstream.open_stream(client(), provider.base_url, provider.api_key, payload, timeouts())
+        )
+    except upstream.UpstreamError as exc:
+        await meter.record("failed", str(exc))
+        return upstream_error(exc)
+    except asyncio.CancelledError:
+        await meter.record("stopped", "the client disconnected before the stream opened")
+        raise
+    meter.state.request_id = stream.request_id or ""
+    relay = Relay(stream, meter.state, forward_usage=wants_usage, heartbeat=settings.API_HEARTBEAT_SECONDS)
+
+    async def body():
+        try:
+            async for data in relay:
+                yield data
+            await meter.record(relay.status, relay.error)
+        except asyncio.CancelledError:
+            # The client went away: close the upstream now, still meter what was generated.
+            await cleanup.aclose()
+            await meter.record("stopped", "the client disconnected")
+            raise
+        finally:
+            await cleanup.aclose()
+
+    response = SSEResponse(body(), cleanup, content_type="text/event-stream")
+    response["Cache-Control"] = "no-cache"
+    response["X-Accel-Buffering"] = "no"
+    copy_headers(stream.response.headers, response)
+    return response
+
+
+async def complete(meter: Meter, payload: dict) -> HttpResponse:
+    provider = meter.entry.provider
+    try:
+        answer = await upstream.post_json(client(), provider.base_url, provider.api_key, payload, timeouts())
+    except upstream.UpstreamError as exc:
+        await meter.record("failed", str(exc))
+        return upstream_error(exc)
+    except asyncio.CancelledError:
+        await meter.record("stopped", "the client disconnected")
+        raise
+    status, error = "complete", ""
+    try:
+        meter.state.feed_chunk(upstream.parse_chunk(answer.content), asyncio.get_running_loop().time())
+        status = meter.state.outcome()
+        meter.state.request_id = answer.headers.get("x-request-id", "")
+    except upstream.UpstreamError as exc:
+        status, error = "failed", str(exc)
+    await meter.record(status, error)
+    response = HttpResponse(
+        answer.content, status=answer.status_code, content_type=answer.headers.get("content-type", "application/json")
+    )
+    copy_headers(answer.headers, response)
+    return response
+
+
+def copy_headers(source, response: HttpResponse) -> None:
+    for name in PASSED_HEADERS:
+        if name in source:
+            response[name] = source[name]
+
+
+def upstream_error(exc: upstream.UpstreamError) -> HttpResponse:
+    """The upstream's own status and error body when it gave one, else 502/504 in OpenAI's shape."""
+    if exc.kind == "http" and exc.status:
+        body = exc.body or b""
+        try:
+            shaped = isinstance(orjson.loads(body).get("error"), dict)
+        except (orjson.JSONDecodeError, AttributeError):
+            shaped = False
+        if not shaped:
+            body = error_body(exc.message, "upstream_error", exc.code)
+        response = HttpResponse(body, status=exc.status, content_type="application/json")
+        copy_headers(exc.headers, response)
+        return response
+    status = 504 if exc.kind == "timeout" else 502
+    return openai_error(status, str(exc), "upstream_error", exc.kind)
+
+
+class Meter:
+    """Everything needed to write the usage row (and, if configured, the conversation) of one request."""
+
+    def __init__(self, token: ApiToken, entry: CatalogEntry, body: dict) -> None:
+        self.token = token
+        self.entry = entry
+        self.body = body
+        self.started = timezone.now()
+        self.state = upstream.StreamState(started_at=asyncio.get_running_loop().time())
+        self.recorded = False
+
+    async def record(self, status: str, error: str) -> None:
+        if self.recorded:
+            return
+        self.recorded = True
+        self.state.ended_at = asyncio.get_running_loop().time()
+        usage = self.state.metering(prompt_chars(self.body["messages"]), self.state.ended_at)
+        try:
+            await sync_to_async(self._save)(status, error, usage)
+        except Exception:
+            log.exception("could not record API usage for %s", self.token.user)
+
+    def _save(self, status: str, error: str, usage: dict) -> None:
+        state, user = self.state, self.token.user
+        message = None
+        if settings.API_STORE_CONVERSATIONS:
+            message = self._store_conversation(status, error)
+        Usage.objects.create(
+            user=user,
+            token=self.token,
+            provider=self.entry.provider,
+            message=message,
+            source=Usage.Source.API,
+            model=self.entry.model,
+            upstream_id=state.upstream_id,
+            request_id=state.request_id,
+            upstream_perf=state.perf,
+            started=self.started,
+            ended=timezone.now(),
+            status=status,
+            finish_reason=state.finish_reason or "",
+            error=error,
+            **usage,
+        )
+
+    def _store_conversation(self, status: str, error: str) -> Message:
+        messages = self.body["messages"]
+        last_user = next((m for m in reversed(messages) if m.get("role") == "user"), messages[-1])
+        text = last_user.get("content") if isinstance(last_user.get("content"), str) else "API request"
+        conversation = Conversation.objects.create(
+            owner=self.token.user, title=Conversation.title_for(text or "API request"), model=self.entry.qualified
+        )
+        for item in messages:
+            content = item.get("content")
+            if isinstance(content, list):
+                content = "".join(part.get("text") or "" for part in content if isinstance(part, dict))
+            role = item.get("role") if item.get("role") in Message.Role.values else Message.Role.USER
+            if role == Message.Role.SYSTEM:
+                conversation.system_prompt = content or ""
+                conversation.save(update_fields=["system_prompt"])
+            else:
+                conversation.messages.create(role=role, content=content or "")
+        return conversation.messages.create(
+            role=Message.Role.ASSISTANT,
+            content=self.state.text,
+            reasoning=self.state.reasoning_text,
+            tool_calls=self.state.tool_call_list or None,
+            status=status,
+            finish_reason=self.state.finish_reason or "",
+            error=error,
+            model=self.entry.model,
+        )
+
+
+async def models(request):
+    """The enabled providers' models in OpenAI's list shape; `provider/model` where an id is listed twice."""
+    if request.method != "GET":
+        return openai_error(405, "Use GET.", "invalid_request_error", "method_not_allowed")
+    if await authenticate(request) is None:
+        return unauthorized()
+    catalog = await Provider.objects.acatalog()
+    seen: dict[str, int] = {}
+    for entry in catalog:
+        seen[entry.model] = seen.get(entry.model, 0) + 1
+    data = [
+        {
+            "id": entry.model if seen[entry.model] == 1 else entry.qualified,
+            "object": "model",
+            "created": int(entry.provider.created.timestamp()),
+            "owned_by": entry.provider.name,
+        }
+        for entry in catalog
+    ]
+    return HttpResponse(orjson.dumps({"object": "list", "data": data}), content_type="application/json")

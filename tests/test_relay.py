@@ -1,0 +1,155 @@
+"""The relay's pure parts: what it forwards, drops and adds, on scripted upstream events."""
+
+import asyncio
+
+import orjson
+import pytest
+
+from chat.relay import (
+    DONE_EVENT,
+    KEEP_ALIVE,
+    OPENING,
+    Relay,
+    RequestError,
+    parse_request,
+    prompt_chars,
+    upstream_body,
+)
+from chat.sse import SSEDecoder
+from chat.upstream import StreamState, UpstreamError
+from tests.seeds import API14_STREAM, I14_STREAM, INFYRENCE_ERROR_STREAM
+
+
+class ScriptedStream:
+    """Stands in for UpstreamStream: yields the events of `data`, optionally pausing or failing."""
+
+    def __init__(self, data: bytes, *, hold_after: int | None = None, fail: UpstreamError | None = None) -> None:
+        decoder = SSEDecoder()
+        self.events_list = decoder.feed(data) + decoder.close()
+        self.hold_after = hold_after
+        self.release = asyncio.Event()
+        self.fail = fail
+        self.closed = False
+
+    async def events(self):
+        try:
+            for i, event in enumerate(self.events_list):
+                if i == self.hold_after:
+                    await self.release.wait()
+                yield event
+            if self.fail:
+                raise self.fail
+        finally:
+            self.closed = True
+
+
+async def collect(stream, *, forward_usage=True, heartbeat=5.0, on_keep_alive=None):
+    relay = Relay(stream, StreamState(started_at=0.0), forward_usage=forward_usage, heartbeat=heartbeat)
+    out = []
+    async for data in relay:
+        out.append(data)
+        if data == KEEP_ALIVE and on_keep_alive:
+            on_keep_alive()
+    return relay, out
+
+
+def data_events(stream: bytes) -> list[bytes]:
+    return [e.raw for e in SSEDecoder().feed(stream)]
+
+
+async def test_events_pass_through_byte_for_byte_after_the_opening_comment():
+    relay, out = await collect(ScriptedStream(I14_STREAM))
+    assert out[0] == OPENING and out[1:] == data_events(I14_STREAM)
+    assert relay.status == "complete" and relay.error == "" and relay.state.usage["prompt_tokens"] == 45
+
+
+async def test_usage_only_chunk_is_dropped_unless_the_client_asked():
+    _, out = await collect(ScriptedStream(I14_STREAM), forward_usage=False)
+    expected = [e for e in data_events(I14_STREAM) if b'"choices": []' not in e]
+    assert out[1:] == expected and len(expected) == len(data_events(I14_STREAM)) - 1
+    # api14 carries usage on its finish chunk: nothing to drop there
+    _, out = await collect(ScriptedStream(API14_STREAM), forward_usage=False)
+    assert out[1:] == data_events(API14_STREAM)
+
+
+async def test_a_silent_upstream_gets_keep_alive_comments():
+    stream = ScriptedStream(API14_STREAM, hold_after=1)
+    _, out = await collect(stream, heartbeat=0.05, on_keep_alive=stream.release.set)
+    assert out[:3] == [OPENING, data_events(API14_STREAM)[0], KEEP_ALIVE]
+    assert out[3:] == data_events(API14_STREAM)[1:]
+
+
+async def test_upstream_comments_are_forwarded():
+    _, out = await collect(ScriptedStream(b": api14 PROCESSING\n\n" + API14_STREAM))
+    assert out[1] == b": api14 PROCESSING\n\n"
+
+
+async def test_error_chunk_without_done_gets_done():
+    body = API14_STREAM.split(b"data: [DONE]")[0].rsplit(b"data:", 1)[0]
+    error_chunk = b'data: { "error": { "code": 502, "message": "Provider disconnected" }, "choices": [{ "delta": { "content": "" }, "finish_reason": "error" }] }\n\n'  # noqa: E501
+    relay, out = await collect(ScriptedStream(body + error_chunk))
+    assert out[-2:] == [error_chunk, DONE_EVENT]
+    assert relay.status == "failed" and "Provider disconnected" in relay.error
+
+
+async def test_infyrence_error_event_and_its_done_pass_as_they_are():
+    relay, out = await collect(ScriptedStream(INFYRENCE_ERROR_STREAM))
+    assert out[1:] == data_events(INFYRENCE_ERROR_STREAM) and relay.status == "failed"
+
+
+async def test_an_upstream_cut_ends_with_an_error_event_and_done():
+    body = I14_STREAM.split(b"\n\n")[0] + b"\n\n"
+    stream = ScriptedStream(body, fail=UpstreamError("cut", "the upstream connection ended mid-stream"))
+    relay, out = await collect(stream)
+    error_event, done = data_events(out[-1])
+    assert orjson.loads(error_event.removeprefix(b"data: "))["error"]["code"] == "upstream_interrupted"
+    assert done == DONE_EVENT
+    assert relay.status == "interrupted" and stream.closed
+
+
+async def test_a_clean_end_mid_answer_is_interrupted():
+    body = b"".join(data_events(I14_STREAM)[:3])
+    relay, out = await collect(ScriptedStream(body))
+    assert b"upstream_interrupted" in out[-1] and out[-1].endswith(DONE_EVENT) and relay.status == "interrupted"
+
+
+async def test_a_finished_stream_without_done_just_gets_done():
+    body = b"".join(data_events(I14_STREAM)[:-1])
+    relay, out = await collect(ScriptedStream(body))
+    assert out[-1] == DONE_EVENT and b"upstream_interrupted" not in out[-2] and relay.status == "complete"
+
+
+async def test_malformed_events_are_forwarded_and_fail_the_request():
+    relay, out = await collect(ScriptedStream(b"data: {oops\n\n" + API14_STREAM))
+    assert out[1] == b"data: {oops\n\n" and relay.status == "failed" and "malformed" in relay.error
+
+
+async def test_cancelling_the_relay_stops_reading_the_upstream():
+    stream = ScriptedStream(I14_STREAM, hold_after=2)
+    relay = Relay(stream, StreamState(started_at=0.0), forward_usage=True, heartbeat=5)
+    iterator = relay.__aiter__()
+    assert await anext(iterator) == OPENING
+    await anext(iterator)
+    await iterator.aclose()
+    assert stream.closed
+
+
+def test_parse_request_and_upstream_body():
+    body = parse_request(b'{"model": "i14/m", "messages": [{"role": "user", "content": "hi"}], "stream": true}')
+    out, wants_usage = upstream_body(body, "m", 8192)
+    assert out["model"] == "m" and out["max_tokens"] == 8192 and not wants_usage
+    assert out["stream_options"] == {"include_usage": True}
+    out, wants_usage = upstream_body({**body, "stream_options": {"include_usage": True}, "max_tokens": 5}, "m", 8192)
+    assert wants_usage and out["max_tokens"] == 5
+    out, _ = upstream_body({**body, "stream": False, "max_completion_tokens": 9}, "m", 8192)
+    assert "max_tokens" not in out and "stream_options" not in out
+    with pytest.raises(RequestError) as caught:
+        parse_request(b'{"model": "m", "messages": [], "stream": true}')
+    assert caught.value.status == 400 and caught.value.param == "messages"
+    with pytest.raises(RequestError):
+        parse_request(b'{"model": "m", "messages": [{"role": "user"}], "stream": "yes"}')
+
+
+def test_prompt_chars_counts_text_parts():
+    messages = [{"role": "system", "content": "abc"}, {"role": "user", "content": [{"type": "text", "text": "de"}]}]
+    assert prompt_chars(messages) == 5
