@@ -27,11 +27,16 @@ from .models import Conversation, Message, Provider, Turn, Usage, client, timeou
 
 log = logging.getLogger(__name__)
 
-# A streaming message whose last save is older than this belongs to a dead process.
-ORPHAN_AFTER = timedelta(seconds=60)
-SWEEP_EVERY = 20.0
-# While the text does not change, a save is still made this often as a heartbeat.
-HEARTBEAT_EVERY = 10.0
+
+
+def orphan_after() -> timedelta:
+    """A streaming message whose last save is older than this belongs to a dead process."""
+    return timedelta(seconds=settings.CHAT_ORPHAN_AFTER)
+
+
+def heartbeat_every() -> float:
+    """While the text does not change, a save is still made this often, well inside orphan_after()."""
+    return settings.CHAT_ORPHAN_AFTER / 6
 
 _tasks: set[asyncio.Task] = set()
 
@@ -265,7 +270,7 @@ class Generation:
         while True:
             await asyncio.sleep(settings.CHAT_SAVE_INTERVAL)
             chars = sum(map(len, self.state.content)) + sum(map(len, self.state.reasoning))
-            if chars == self._saved_chars and loop.time() - last_save < HEARTBEAT_EVERY:
+            if chars == self._saved_chars and loop.time() - last_save < heartbeat_every():
                 continue
             await database_sync_to_async(self._save_partial)(self.state.text, self.state.reasoning_text)
             self._saved_chars, last_save = chars, loop.time()
@@ -374,9 +379,9 @@ async def announce_recovered(messages: list[Message]) -> None:
 async def sweep_orphans_forever() -> None:
     """With several processes, one may die mid-stream: its messages stop getting saved."""
     while True:
-        await asyncio.sleep(SWEEP_EVERY)
+        await asyncio.sleep(settings.CHAT_ORPHAN_AFTER / 3)
         try:
-            recovered = await database_sync_to_async(Message.objects.recover_orphans)(ORPHAN_AFTER)
+            recovered = await database_sync_to_async(Message.objects.recover_orphans)(orphan_after())
             await announce_recovered(recovered)
         except Exception:
             log.exception("orphan sweep failed")

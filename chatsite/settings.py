@@ -198,6 +198,9 @@ CHAT_MAX_CONTENT_BYTES = env_number("CHAT_MAX_CONTENT_BYTES", 100_000)
 # Deltas are coalesced for this long before one channel-layer message carries them.
 CHAT_COALESCE_MS = env_number("CHAT_COALESCE_MS", 30)
 CHAT_SAVE_INTERVAL = env_number("CHAT_SAVE_INTERVAL", 1.0, float)
+# With several processes (REDIS_URL), a reply not saved for this long is taken as
+# orphaned by a dead process and marked interrupted; each process sweeps for them.
+CHAT_ORPHAN_AFTER = env_number("CHAT_ORPHAN_AFTER", 60.0, float)
 # The OpenAI-compatible API (/v1/): a comment line this often while the upstream is silent,
 # and whether API requests are also kept as conversations (off: only usage is recorded).
 API_HEARTBEAT_SECONDS = env_number("API_HEARTBEAT_SECONDS", 15.0, float)

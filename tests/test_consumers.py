@@ -410,3 +410,69 @@ async def test_stop_of_a_finished_message(connect, alice, providers):
     frames = await ws.until("done")
     await ws.send(type="stop", message=frames[0]["message"])
     assert (await ws.receive())["code"] == "not_streaming"
+
+
+# --- regenerate, edit, system prompt ----------------------------------------------
+
+
+async def test_regenerate_replaces_the_last_reply(connect, alice, providers, fake):
+    _, _, ws = await connect(alice)
+    await ws.send(type="send", conversation=None, content="[[echo]] once", model=I14)
+    first = await ws.until("done")
+    conversation = first[0]["conversation"]
+    await ws.send(type="regenerate", conversation=conversation, model="claude-sonnet-5")
+    again = await ws.until("done")
+    assert again[0]["user_message"] == first[0]["user_message"] and again[0]["message"] != first[0]["message"]
+    assert again[0]["model"] == "claude-sonnet-5" and joined(again, "content") == "once"
+    assert not await Message.objects.filter(pk=first[0]["message"]).aexists()
+    roles = [m.role async for m in Message.objects.filter(conversation_id=conversation)]
+    assert roles == ["user", "assistant"]
+    assert [m["role"] for m in fake.app.last().body["messages"]] == ["user"]
+    assert await Usage.objects.acount() == 2  # the replaced reply's usage is kept
+
+
+async def test_edit_the_last_user_message_and_resend(connect, alice, providers, fake):
+    _, _, ws = await connect(alice)
+    await ws.send(type="send", conversation=None, content="[[echo]] first", model=I14)
+    first = await ws.until("done")
+    await ws.send(type="send", conversation=first[0]["conversation"], content="[[echo]] second")
+    second = await ws.until("done")
+    await ws.send(type="edit", message=first[0]["user_message"], content="[[echo]] not last")
+    assert (await ws.receive())["code"] == "not_last"
+    await ws.send(type="edit", message=second[0]["user_message"], content="[[echo]] second, edited")
+    edited = await ws.until("done")
+    assert edited[0]["user_message"] == second[0]["user_message"]
+    assert joined(edited, "content") == "second, edited"
+    user_message = await Message.objects.aget(pk=second[0]["user_message"])
+    assert user_message.content == "[[echo]] second, edited"
+    contents = [m["content"] for m in fake.app.last().body["messages"]]
+    assert contents == ["[[echo]] first", "first", "[[echo]] second, edited"]
+
+
+async def test_edit_and_regenerate_refuse_others_and_bad_frames(connect, alice, bob, providers):
+    _, _, ws = await connect(alice)
+    await ws.send(type="send", conversation=None, content="[[echo]] mine", model=I14)
+    frames = await ws.until("done")
+    _, _, intruder = await connect(bob)
+    for frame in (
+        {"type": "regenerate", "conversation": frames[0]["conversation"]},
+        {"type": "edit", "message": frames[0]["user_message"], "content": "hijack"},
+        {"type": "edit", "message": frames[0]["message"], "content": "an assistant message"},
+    ):
+        await intruder.send(**frame)
+        assert (await intruder.receive())["code"] == "not_found"
+    await ws.send(type="edit", message=frames[0]["user_message"], content="")
+    assert (await ws.receive())["code"] == "empty_content"
+    await ws.send(type="regenerate", conversation="1")
+    assert (await ws.receive())["code"] == "bad_field"
+
+
+async def test_system_prompt_is_stored_and_sent_first(connect, alice, providers, fake):
+    _, _, ws = await connect(alice)
+    await ws.send(type="send", conversation=None, content="[[echo]] hi", model=I14, system_prompt="Be terse.")
+    frames = await ws.until("done")
+    assert fake.app.last().body["messages"][0] == {"role": "system", "content": "Be terse."}
+    conversation = await Conversation.objects.aget(pk=frames[0]["conversation"])
+    assert conversation.system_prompt == "Be terse."
+    await ws.send(type="send", conversation=None, content="hi", system_prompt=5)
+    assert (await ws.receive())["code"] == "bad_field"

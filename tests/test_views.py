@@ -1,0 +1,117 @@
+"""The page view and the conversations JSON API: own data only, clear errors, CSP on every page."""
+
+import json
+
+import pytest
+from django.test import Client
+
+from chat.models import Conversation, Message, Usage
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def alice_client(client, alice):
+    client.force_login(alice)
+    return client
+
+
+@pytest.fixture
+def chats(alice, bob):
+    poem = Conversation.objects.create(owner=alice, title="Ocean poem")
+    Message.objects.create(conversation=poem, role="user", content="Write about the sea")
+    reply = Message.objects.create(conversation=poem, role="assistant", content="Waves **roll**", reasoning="hmm")
+    Usage.objects.create(user=alice, message=reply, model="m", status="complete", prompt_tokens=3, completion_tokens=4)
+    recipes = Conversation.objects.create(owner=alice, title="Soup")
+    Message.objects.create(conversation=recipes, role="user", content="A recipe with leeks")
+    theirs = Conversation.objects.create(owner=bob, title="Bob's ocean secrets")
+    Message.objects.create(conversation=theirs, role="user", content="sea")
+    return poem, recipes, theirs
+
+
+def test_pages_need_a_signed_in_user(client, chats):
+    for url in ("/", f"/c/{chats[0].pk}/", "/settings/tokens/"):
+        response = client.get(url)
+        assert response.status_code == 302 and response.url.startswith("/accounts/login/")
+    response = client.get("/api/conversations")
+    assert response.status_code == 401 and response.json()["error"]["code"] == "unauthenticated"
+
+
+def test_page_carries_its_config_and_a_strict_csp(alice_client, chats):
+    response = alice_client.get(f"/c/{chats[0].pk}/")
+    assert response.status_code == 200
+    csp = response["Content-Security-Policy"]
+    assert "script-src 'self'" in csp and "unsafe-inline" not in csp and "img-src 'self' data:" in csp
+    config = response.context["config"]
+    assert config["conversation"] == chats[0].pk and config["wsPath"] == "/ws/chat/" and config["csrfToken"]
+    assert b'id="chat-config"' in response.content
+
+
+def test_another_users_conversation_page_is_404(alice_client, chats):
+    assert alice_client.get(f"/c/{chats[2].pk}/").status_code == 404
+    assert alice_client.get("/c/999999/").status_code == 404
+
+
+def test_list_is_newest_first_and_own_only(alice_client, chats):
+    titles = [c["title"] for c in alice_client.get("/api/conversations").json()["conversations"]]
+    assert titles == ["Soup", "Ocean poem"]
+
+
+def test_search_matches_titles_and_message_text_server_side(alice_client, chats):
+    def search(q):
+        return [c["title"] for c in alice_client.get("/api/conversations", {"q": q}).json()["conversations"]]
+
+    assert search("leeks") == ["Soup"]  # message text
+    assert search("ocean") == ["Ocean poem"]  # title; bob's "ocean" is not found
+    assert search("roll") == ["Ocean poem"]  # an assistant message
+    assert search("nothing like this") == []
+
+
+def test_detail_has_messages_with_usage(alice_client, chats):
+    body = alice_client.get(f"/api/conversations/{chats[0].pk}").json()
+    assert body["title"] == "Ocean poem" and body["streaming"] is None
+    user, reply = body["messages"]
+    assert user["role"] == "user" and user["usage"] is None
+    assert reply["content"] == "Waves **roll**" and reply["reasoning"] == "hmm"
+    assert reply["usage"]["completion_tokens"] == 4 and reply["status"] == "complete"
+
+
+def test_rename_settings_and_delete(alice_client, chats):
+    url = f"/api/conversations/{chats[0].pk}"
+
+    def patch(body):
+        return alice_client.patch(url, json.dumps(body), content_type="application/json")
+
+    assert patch({"title": "  Sea poem  "}).json()["title"] == "Sea poem"
+    body = patch({"system_prompt": "Answer in verse.", "params": {"temperature": 0.3, "max_tokens": 500}}).json()
+    assert body["system_prompt"] == "Answer in verse." and body["params"] == {"temperature": 0.3, "max_tokens": 500}
+    assert patch({"params": {"temperature": None}}).json()["params"] == {"max_tokens": 500}
+    for bad, code in (({"title": ""}, "bad_field"), ({"params": {"temperature": 9}}, "bad_param"), ({}, "bad_field")):
+        response = patch(bad)
+        assert response.status_code == 400 and response.json()["error"]["code"] == code
+    response = alice_client.patch(url, "not json", content_type="application/json")
+    assert response.status_code == 400 and response.json()["error"]["code"] == "bad_json"
+    assert alice_client.delete(url).status_code == 204
+    assert not Conversation.objects.filter(pk=chats[0].pk).exists()
+    assert Usage.objects.get().message is None  # metering outlives the conversation
+
+
+def test_another_users_conversation_is_a_404_for_every_method(alice_client, chats):
+    url = f"/api/conversations/{chats[2].pk}"
+    for response in (
+        alice_client.get(url),
+        alice_client.patch(url, json.dumps({"title": "mine"}), content_type="application/json"),
+        alice_client.delete(url),
+    ):
+        assert response.status_code == 404 and response.json()["error"]["code"] == "not_found"
+    chats[2].refresh_from_db()
+    assert chats[2].title == "Bob's ocean secrets"
+
+
+def test_unsafe_methods_need_the_csrf_token(alice, chats):
+    strict = Client(enforce_csrf_checks=True)
+    strict.force_login(alice)
+    url = f"/api/conversations/{chats[0].pk}"
+    assert strict.delete(url).status_code == 403
+    token = strict.get("/").context["config"]["csrfToken"]
+    assert strict.delete(url, headers={"X-CSRFToken": token}).status_code == 204
