@@ -97,6 +97,14 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         await self.accept()
         generation.ensure_sweeper()
 
+    async def dispatch(self, message: dict) -> None:
+        # Channels closes stale database connections (a thread hop) before every message;
+        # the per-token events touch no database, so they skip it.
+        if message["type"] in FAST_EVENTS:
+            await FAST_EVENTS[message["type"]](self, message)
+        else:
+            await super().dispatch(message)
+
     async def disconnect(self, code: int) -> None:
         for conversation_id in getattr(self, "watching", ()):
             await self.channel_layer.group_discard(conversation_group(conversation_id), self.channel_name)
@@ -254,3 +262,10 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
                 )
             )
         await self.send(text_data=event["text"])
+
+
+FAST_EVENTS = {
+    "chat.started": ChatConsumer.chat_started,
+    "chat.delta": ChatConsumer.chat_delta,
+    "chat.snapshot": ChatConsumer.chat_snapshot,
+}

@@ -120,7 +120,7 @@ if REDIS_URL:
 else:
     CHANNEL_LAYERS = {
         "default": {
-            "BACKEND": "channels.layers.InMemoryChannelLayer",
+            "BACKEND": "chat.layers.LocalChannelLayer",
             "CONFIG": {"capacity": 1000, "expiry": 60},
         }
     }
