@@ -1,4 +1,6 @@
+import asyncio
 import logging
+import sys
 
 from django.apps import AppConfig
 from django.db import DatabaseError
@@ -18,6 +20,7 @@ def prepare_to_serve() -> None:
     from .generation import orphan_after
     from .models import Message, Provider
 
+    end_streams_at_shutdown()
     try:
         provider = Provider.objects.sync_from_settings()
         # One process alone owns every stream; beside others, only stale ones are dead.
@@ -34,3 +37,28 @@ def prepare_to_serve() -> None:
             "Set UPSTREAM_BASE_URL and UPSTREAM_API_KEY for a real one.",
             provider.base_url,
         )
+
+
+def end_streams_at_shutdown() -> None:
+    """Under daphne, before the reactor stops: end running streams as interrupted, close the upstream client.
+
+    Their text and usage are saved now instead of waiting for the next start-up to
+    find them still `streaming`, and the shared client's connections close cleanly.
+    """
+    reactor = sys.modules.get("twisted.internet.reactor")
+    if reactor is None:  # not under daphne (tests, management commands)
+        return
+    from twisted.internet import defer
+
+    from . import generation, upstream
+
+    async def shutdown() -> None:
+        for task in list(generation._tasks):
+            task.cancel()
+        await generation.wait_all()
+        await upstream.close_shared_client()
+
+    def trigger():
+        return defer.Deferred.fromFuture(asyncio.ensure_future(shutdown()))
+
+    reactor.addSystemEventTrigger("before", "shutdown", trigger)

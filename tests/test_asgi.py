@@ -73,3 +73,34 @@ async def test_foreign_origin_is_refused_by_the_real_server(server, alice):
     with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
         await chat_over_websocket(server.url, alice, {"type": "attach", "conversation": 1}, "https://evil.example")
     assert refused.value.status == 403
+
+
+async def test_stopping_the_server_mid_stream_ends_the_stream_as_interrupted(alice, providers):
+    server = LiveServer({"DATABASE_URL": database_url(connection.settings_dict)})
+    await sync_to_async(server.start)()
+    cookie = await sync_to_async(session_cookie)(alice)
+    headers = {"Origin": server.url, "Cookie": f"{settings.SESSION_COOKIE_NAME}={cookie}"}
+    try:
+        async with aiohttp.ClientSession() as session:
+            async with session.ws_connect(server.url.replace("http", "ws") + "/ws/chat/", headers=headers) as ws:
+                frame = {"type": "send", "conversation": None, "content": "[[delay:20]] [[chunks:2000]]",
+                         "model": "claude-sonnet-5"}  # fmt: skip
+                await ws.send_str(orjson.dumps(frame).decode())
+                seen = []
+                while len([f for f in seen if f["type"] == "delta"]) < 5:
+                    seen.append(orjson.loads((await ws.receive(timeout=10)).data))
+                server.process.terminate()  # SIGTERM: a graceful stop, as systemd or a deploy does
+                while seen[-1]["type"] != "done":
+                    message = await ws.receive(timeout=10)
+                    if message.type != aiohttp.WSMsgType.TEXT:
+                        break
+                    seen.append(orjson.loads(message.data))
+        await sync_to_async(server.process.wait)(10)
+        reply = await Message.objects.aget(pk=seen[0]["message"])
+        assert reply.status == "interrupted" and "server stopped" in reply.error
+        assert reply.content.startswith("".join(f.get("content", "") for f in seen if f["type"] == "delta"))
+        usage = await Usage.objects.aget(message=reply)
+        assert usage.status == "interrupted" and usage.estimated and usage.ended is not None
+        assert "Unclosed client session" not in server.output()
+    finally:
+        await sync_to_async(server.stop)()
