@@ -89,16 +89,12 @@ async def chat_completions(request):
 async def stream_completion(meter: Meter, payload: dict, wants_usage: bool) -> HttpResponse:
     provider = meter.entry.provider
     cleanup = AsyncExitStack()
-    try:
-        stream = await cleanup.enter_async_context(
-            upstream.open_stream(client(), provider.base_url, provider.api_key, payload, timeouts())
-        )
-    except upstream.UpstreamError as exc:
-        await meter.record("failed", str(exc))
-        return upstream_error(exc)
-    except asyncio.CancelledError:
-        await meter.record("stopped", "the client disconnected before the stream opened")
-        raise
+    opening = cleanup.enter_async_context(
+        upstream.open_stream(client(), provider.base_url, provider.api_key, payload, timeouts())
+    )
+    stream, refused = await meter.answer_of(opening)
+    if refused is not None:
+        return refused
     meter.state.request_id = stream.request_id or ""
     relay = Relay(stream, meter.state, forward_usage=wants_usage, heartbeat=settings.API_HEARTBEAT_SECONDS)
 
@@ -124,14 +120,11 @@ async def stream_completion(meter: Meter, payload: dict, wants_usage: bool) -> H
 
 async def complete(meter: Meter, payload: dict) -> HttpResponse:
     provider = meter.entry.provider
-    try:
-        answer = await upstream.post_json(client(), provider.base_url, provider.api_key, payload, timeouts())
-    except upstream.UpstreamError as exc:
-        await meter.record("failed", str(exc))
-        return upstream_error(exc)
-    except asyncio.CancelledError:
-        await meter.record("stopped", "the client disconnected")
-        raise
+    answer, refused = await meter.answer_of(
+        upstream.post_json(client(), provider.base_url, provider.api_key, payload, timeouts())
+    )
+    if refused is not None:
+        return refused
     status, error = "complete", ""
     try:
         meter.state.feed_chunk(upstream.parse_chunk(answer.content), asyncio.get_running_loop().time())
@@ -181,6 +174,17 @@ class Meter:
         self.state = upstream.StreamState(started_at=asyncio.get_running_loop().time())
         self.recorded = False
 
+    async def answer_of(self, request):
+        """Await the upstream's answer; if it fails, meter the failure and give the response to send instead."""
+        try:
+            return await request, None
+        except upstream.UpstreamError as exc:
+            await self.record("failed", str(exc))
+            return None, upstream_error(exc)
+        except asyncio.CancelledError:
+            await self.record("stopped", "the client disconnected before the upstream answered")
+            raise
+
     async def record(self, status: str, error: str) -> None:
         if self.recorded:
             return
@@ -193,7 +197,7 @@ class Meter:
             log.exception("could not record API usage for %s", self.token.user)
 
     def _save(self, status: str, error: str, usage: dict) -> None:
-        state, user = self.state, self.token.user
+        user = self.token.user
         message = None
         if settings.API_STORE_CONVERSATIONS:
             message = self._store_conversation(status, error)
@@ -204,15 +208,8 @@ class Meter:
             message=message,
             source=Usage.Source.API,
             model=self.entry.model,
-            upstream_id=state.upstream_id,
-            request_id=state.request_id,
-            upstream_perf=state.perf,
             started=self.started,
-            ended=timezone.now(),
-            status=status,
-            finish_reason=state.finish_reason or "",
-            error=error,
-            **usage,
+            **Usage.ending(self.state, status, error, usage),
         )
 
     def _store_conversation(self, status: str, error: str) -> Message:

@@ -11,7 +11,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
 from . import generation
-from .generation import Job, control_group, conversation_group, frame
+from .generation import Job, control_group, conversation_group, frame, snapshot_frame
 from .models import ChatError, Conversation, Message, Provider, begin_turn
 
 # name -> (accepted types, lowest, highest); bool is never a number here.
@@ -250,15 +250,8 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             # The stream ended before its snapshot reached us: the saved text is final.
             reply = await Message.objects.aget(pk=message_id)
             await self.send(
-                text_data=frame(
-                    type="snapshot",
-                    conversation=reply.conversation_id,
-                    message=reply.pk,
-                    content=reply.content,
-                    reasoning=reply.reasoning,
-                    status=reply.status,
-                    model=reply.model,
-                    seq=None,
+                text_data=snapshot_frame(
+                    reply.conversation_id, reply.pk, reply.content, reply.reasoning, reply.status, reply.model, None
                 )
             )
         await self.send(text_data=event["text"])

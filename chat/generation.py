@@ -28,7 +28,6 @@ from .models import Conversation, Message, Provider, Turn, Usage, client, timeou
 log = logging.getLogger(__name__)
 
 
-
 def orphan_after() -> timedelta:
     """A streaming message whose last save is older than this belongs to a dead process."""
     return timedelta(seconds=settings.CHAT_ORPHAN_AFTER)
@@ -37,6 +36,7 @@ def orphan_after() -> timedelta:
 def heartbeat_every() -> float:
     """While the text does not change, a save is still made this often, well inside orphan_after()."""
     return settings.CHAT_ORPHAN_AFTER / 6
+
 
 _tasks: set[asyncio.Task] = set()
 
@@ -54,6 +54,27 @@ def control_group(conversation_id: int) -> str:
 def frame(**fields: Any) -> str:
     """A websocket frame, encoded once however many sockets receive it."""
     return orjson.dumps(fields).decode()
+
+
+def snapshot_frame(conversation: int, message: int, content: str, reasoning: str, status: str, model: str,
+                   seq: int | None) -> str:  # fmt: skip
+    """The text of a reply so far; seq is the last delta it includes (None: read from the database)."""
+    return frame(
+        type="snapshot", conversation=conversation, message=message, content=content, reasoning=reasoning,
+        status=status, model=model, seq=seq,
+    )  # fmt: skip
+
+
+async def send_done(conversation: int, message: int, status: str, finish_reason: str | None,
+                    usage: dict | None, error: str) -> None:  # fmt: skip
+    """The `done` frame to every socket watching the conversation."""
+    text = frame(
+        type="done", message=message, conversation=conversation, status=status, finish_reason=finish_reason,
+        usage=usage, error=error or None,
+    )  # fmt: skip
+    await get_channel_layer().group_send(
+        conversation_group(conversation), {"type": "chat.done", "message": message, "text": text}
+    )
 
 
 @dataclass(frozen=True)
@@ -248,15 +269,14 @@ class Generation:
                             "type": "chat.snapshot",
                             "message": self.job.message_id,
                             "seq": self.seq,
-                            "text": frame(
-                                type="snapshot",
-                                conversation=self.job.conversation_id,
-                                message=self.job.message_id,
-                                content=self.state.text,
-                                reasoning=self.state.reasoning_text,
-                                status=Message.Status.STREAMING,
-                                model=self.job.model,
-                                seq=self.seq,
+                            "text": snapshot_frame(
+                                self.job.conversation_id,
+                                self.job.message_id,
+                                self.state.text,
+                                self.state.reasoning_text,
+                                Message.Status.STREAMING,
+                                self.job.model,
+                                self.seq,
                             ),
                         },
                     )
@@ -290,22 +310,8 @@ class Generation:
             await database_sync_to_async(self._save_final)(status, error, usage)
         except Exception:
             log.exception("generation %s: could not save the final state", job.message_id)
-        await self.layer.group_send(
-            self.group,
-            {
-                "type": "chat.done",
-                "message": job.message_id,
-                "text": frame(
-                    type="done",
-                    message=job.message_id,
-                    conversation=job.conversation_id,
-                    status=status,
-                    finish_reason=state.finish_reason,
-                    usage={**usage, "cost": float(usage["cost"]) if usage["cost"] is not None else None},
-                    error=error or None,
-                ),
-            },
-        )
+        frame_usage = {**usage, "cost": float(usage["cost"]) if usage["cost"] is not None else None}
+        await send_done(job.conversation_id, job.message_id, status, state.finish_reason, frame_usage, error)
 
     def _save_final(self, status: str, error: str, usage: dict[str, Any]) -> None:
         job, state = self.job, self.state
@@ -320,16 +326,7 @@ class Generation:
                 error=error,
                 updated=now,
             )
-            Usage.objects.filter(pk=job.usage_id).update(
-                upstream_id=state.upstream_id,
-                request_id=state.request_id,
-                upstream_perf=state.perf,
-                ended=now,
-                status=status,
-                finish_reason=state.finish_reason or "",
-                error=error,
-                **usage,
-            )
+            Usage.objects.filter(pk=job.usage_id).update(**Usage.ending(state, status, error, usage))
             Conversation.objects.filter(pk=job.conversation_id).update(updated=now)
 
 
@@ -355,24 +352,15 @@ def _describe(exc: upstream.UpstreamError) -> str:
 
 async def announce_recovered(messages: list[Message]) -> None:
     """Tell sockets watching a recovered conversation that its stream ended."""
-    layer = get_channel_layer()
     for message in messages:
         usage = await Usage.objects.filter(message=message).afirst()
-        await layer.group_send(
-            conversation_group(message.conversation_id),
-            {
-                "type": "chat.done",
-                "message": message.pk,
-                "text": frame(
-                    type="done",
-                    message=message.pk,
-                    conversation=message.conversation_id,
-                    status=message.status,
-                    finish_reason=None,
-                    usage=usage.as_frame() if usage else None,
-                    error=message.error,
-                ),
-            },
+        await send_done(
+            message.conversation_id,
+            message.pk,
+            message.status,
+            None,
+            usage.as_frame() if usage else None,
+            message.error,
         )
 
 

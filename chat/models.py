@@ -458,6 +458,20 @@ class Usage(models.Model):
     def __str__(self) -> str:
         return f"{self.model} for {self.user} at {self.started:%Y-%m-%d %H:%M}"
 
+    @staticmethod
+    def ending(state: upstream.StreamState, status: str, error: str, metering: dict) -> dict:
+        """The fields a finished stream writes on its usage row."""
+        return {
+            "upstream_id": state.upstream_id,
+            "request_id": state.request_id,
+            "upstream_perf": state.perf,
+            "ended": timezone.now(),
+            "status": status,
+            "finish_reason": state.finish_reason or "",
+            "error": error,
+            **metering,
+        }
+
     def as_frame(self) -> dict:
         """The `usage` object of a `done` frame."""
         return {

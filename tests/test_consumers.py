@@ -476,3 +476,28 @@ async def test_system_prompt_is_stored_and_sent_first(connect, alice, providers,
     assert conversation.system_prompt == "Be terse."
     await ws.send(type="send", conversation=None, content="hi", system_prompt=5)
     assert (await ws.receive())["code"] == "bad_field"
+
+
+async def test_attach_when_the_stream_ends_before_its_snapshot_sends_the_saved_text(connect, alice, providers):
+    conversation = await Conversation.objects.acreate(owner=alice, title="t")
+    reply = await Message.objects.acreate(
+        conversation=conversation, role="assistant", status="streaming", content="saved text", model=I14
+    )
+    _, _, ws = await connect(alice)
+    await ws.send(type="attach", conversation=conversation.pk)
+    assert (await ws.receive())["message"] == reply.pk  # attached; no generation answers the snapshot request
+    reply.status, reply.content = "interrupted", "saved text, final"
+    await reply.asave()
+    await generation.send_done(conversation.pk, reply.pk, "interrupted", None, None, "gone")
+    snapshot, done = await ws.receive(), await ws.receive()
+    assert snapshot == {
+        "type": "snapshot",
+        "conversation": conversation.pk,
+        "message": reply.pk,
+        "content": "saved text, final",
+        "reasoning": "",
+        "status": "interrupted",
+        "model": I14,
+        "seq": None,
+    }
+    assert done["type"] == "done" and done["status"] == "interrupted" and done["error"] == "gone"
