@@ -139,9 +139,12 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         await self.send(text_data=frame(type="error", code=code, detail=detail, message=message))
 
     async def watch(self, conversation_id: int) -> None:
+        """Follow one conversation: a tab shows one at a time, so the previous one is dropped."""
+        for previous in self.watching - {conversation_id}:
+            await self.channel_layer.group_discard(conversation_group(previous), self.channel_name)
         if conversation_id not in self.watching:
             await self.channel_layer.group_add(conversation_group(conversation_id), self.channel_name)
-            self.watching.add(conversation_id)
+        self.watching = {conversation_id}
 
     # --- client frames --------------------------------------------------------
 

@@ -70,9 +70,10 @@ def json_body(request) -> dict:
     return body
 
 
-@login_required
 async def models_list(request):
     """The models a user can pick: plain ids, `provider/model` ids, and the default."""
+    if not (await request.auser()).is_authenticated:
+        return error(401, "unauthenticated", "Sign in first.")
     catalog = await Provider.objects.acatalog()
     default = None
     if catalog:

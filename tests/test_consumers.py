@@ -501,3 +501,21 @@ async def test_attach_when_the_stream_ends_before_its_snapshot_sends_the_saved_t
         "seq": None,
     }
     assert done["type"] == "done" and done["status"] == "interrupted" and done["error"] == "gone"
+
+
+async def test_a_socket_follows_only_the_conversation_it_last_opened(connect, alice, providers):
+    _, _, ws = await connect(alice)
+    await ws.send(type="send", conversation=None, content="[[echo]] one", model=I14)
+    first = (await ws.until("done"))[0]["conversation"]
+    await ws.send(type="send", conversation=None, content=SLOW, model=I14)
+    delta, frames = await first_delta(ws)
+    second = frames[0]["conversation"]
+    await ws.send(type="attach", conversation=first)
+    assert (await ws.until("attached"))[-1] == {"type": "attached", "conversation": first, "message": None}
+    assert await ws.nothing_more()  # the other stream's deltas no longer come here
+    await ws.send(type="stop", message=delta["message"])  # stop still reaches it
+    await ws.send(type="attach", conversation=second)
+    attached = (await ws.until("attached"))[-1]
+    if attached["message"] is not None:  # the stop had not landed yet: follow it to its end
+        assert (await ws.until("done"))[-1]["status"] == "stopped"
+    assert (await Message.objects.aget(pk=delta["message"])).status == "stopped"

@@ -33,8 +33,9 @@ def test_pages_need_a_signed_in_user(client, chats):
     for url in ("/", f"/c/{chats[0].pk}/", "/settings/tokens/"):
         response = client.get(url)
         assert response.status_code == 302 and response.url.startswith("/accounts/login/")
-    response = client.get("/api/conversations")
-    assert response.status_code == 401 and response.json()["error"]["code"] == "unauthenticated"
+    for url in ("/api/conversations", "/api/models"):
+        response = client.get(url)
+        assert response.status_code == 401 and response.json()["error"]["code"] == "unauthenticated"
 
 
 def test_page_carries_its_config_and_a_strict_csp(alice_client, chats):

@@ -1,0 +1,423 @@
+// The chat page: wires the socket, the sidebar, the settings and the message views together.
+import { api, setCsrfToken } from "./api.js";
+import { MessageView } from "./messages.js";
+import { handleCopyClicks } from "./render.js";
+import { ModelPicker, SettingsPanel } from "./settings.js";
+import { Sidebar } from "./sidebar.js";
+import { ChatSocket, socketUrl } from "./socket.js";
+
+const config = JSON.parse(document.getElementById("chat-config").textContent);
+setCsrfToken(config.csrfToken);
+
+const $ = (id) => document.getElementById(id);
+const ui = {
+  layout: $("layout"),
+  title: $("chat-title"),
+  messages: $("messages"),
+  thread: $("thread"),
+  empty: $("empty-state"),
+  composer: $("composer"),
+  input: $("input"),
+  send: $("send"),
+  stop: $("stop"),
+  reconnecting: $("reconnecting"),
+  notice: $("notice"),
+  noticeText: $("notice-text"),
+  menu: $("menu-button"),
+};
+
+const state = {
+  conversation: null, // the open conversation's id, null for a new chat
+  title: "New chat",
+  views: new Map(), // message id -> MessageView, for the open conversation only
+  streaming: null, // the reply streaming in the open conversation
+  pending: null, // a send/edit/regenerate waiting for its `started` (or `error`)
+  watched: new Set(), // conversations this socket attached to
+  loadSeq: 0, // only the latest openConversation() may render
+  loaded: false, // the open conversation's messages are on the page
+  model: null, // the open conversation's own model
+};
+
+// --- small helpers -------------------------------------------------------------
+
+function showNotice(text) {
+  ui.noticeText.textContent = text;
+  ui.notice.hidden = false;
+}
+$("notice-close").addEventListener("click", () => (ui.notice.hidden = true));
+
+// Follow the bottom while the user is there; scrolling up to read stops the following.
+let stuckToBottom = true;
+ui.messages.addEventListener("scroll", () => {
+  const { scrollTop, scrollHeight, clientHeight } = ui.messages;
+  stuckToBottom = scrollHeight - scrollTop - clientHeight < 80;
+});
+function followBottom() {
+  if (stuckToBottom) ui.messages.scrollTop = ui.messages.scrollHeight;
+}
+
+function setTitle(title) {
+  state.title = title || "New chat";
+  ui.title.textContent = state.title;
+  document.title = `${state.title} · Team chat`;
+}
+
+function updateComposer() {
+  const streaming = state.streaming !== null;
+  ui.input.disabled = streaming || state.pending !== null;
+  ui.send.hidden = streaming;
+  ui.stop.hidden = !streaming;
+  ui.send.disabled = state.pending !== null;
+  ui.empty.hidden = state.views.size > 0 || state.pending !== null;
+  updateActions();
+}
+
+/** Only the last user message can be edited and only the last answer regenerated. */
+function updateActions() {
+  const views = [...state.views.values()];
+  const idle = state.streaming === null && state.pending === null;
+  const lastUser = views.findLast((view) => view.role === "user");
+  const lastAnswer = views.at(-1)?.role === "assistant" ? views.at(-1) : null;
+  for (const view of views) {
+    const button = view.article.querySelector(view.role === "user" ? "[data-action=edit]" : "[data-action=regenerate]");
+    button.hidden = !idle || view !== (view.role === "user" ? lastUser : lastAnswer);
+  }
+}
+
+function autogrow() {
+  ui.input.style.height = "auto";
+  ui.input.style.height = `${ui.input.scrollHeight}px`;
+}
+
+function addView(message) {
+  const view = new MessageView(message, { onPaint: followBottom });
+  if (view.id !== null && view.id !== undefined) state.views.set(view.id, view);
+  ui.thread.append(view.article);
+  return view;
+}
+
+function clearThread() {
+  state.views.clear();
+  state.streaming = null;
+  ui.thread.replaceChildren();
+}
+
+// --- opening conversations -----------------------------------------------------
+
+function attach(id) {
+  if (socket.send({ type: "attach", conversation: id })) state.watched.add(id);
+}
+
+async function openConversation(id, { push = true } = {}) {
+  const seq = ++state.loadSeq;
+  state.loaded = false;
+  if (push && location.pathname !== `/c/${id}/`) history.pushState({}, "", `/c/${id}/`);
+  closeSidebar();
+  let data;
+  try {
+    data = await api(`/api/conversations/${id}`);
+  } catch (error) {
+    if (seq === state.loadSeq) showNotice(`Could not open the conversation: ${error.message}`);
+    return;
+  }
+  if (seq !== state.loadSeq) return; // the user went elsewhere meanwhile
+  state.conversation = data.id;
+  state.model = data.model;
+  state.pending = null;
+  clearThread();
+  setTitle(data.title);
+  sidebar.setActive(data.id);
+  picker.choose(data.model);
+  settings.fill(data);
+  for (const message of data.messages) {
+    const view = addView(message);
+    if (message.status === "streaming") {
+      view.awaitingSnapshot = true;
+      state.streaming = message.id;
+    }
+  }
+  state.loaded = true;
+  updateComposer();
+  stuckToBottom = true;
+  followBottom();
+  attach(data.id); // the snapshot and live deltas of a running answer, and other tabs' turns
+}
+
+function newChat({ push = true } = {}) {
+  state.loadSeq += 1;
+  state.loaded = false;
+  state.conversation = null;
+  state.model = null;
+  state.pending = null;
+  clearThread();
+  setTitle("New chat");
+  sidebar.setActive(null);
+  picker.choose(null);
+  settings.fill(null);
+  if (push && location.pathname !== "/") history.pushState({}, "", "/");
+  closeSidebar();
+  updateComposer();
+  ui.input.focus();
+}
+
+function route({ push = false } = {}) {
+  const match = location.pathname.match(/^\/c\/(\d+)\/$/);
+  if (match) openConversation(Number(match[1]), { push });
+  else newChat({ push });
+}
+
+// --- sending -------------------------------------------------------------------
+
+function submit(frame, pending) {
+  if (!socket.send(frame)) {
+    showNotice("Not connected to the server; try again once it is back.");
+    return false;
+  }
+  ui.notice.hidden = true;
+  state.pending = pending;
+  updateComposer();
+  return true;
+}
+
+function sendMessage() {
+  const content = ui.input.value;
+  if (!content.trim() || state.pending || state.streaming) return;
+  if (new TextEncoder().encode(content).length > config.maxContentBytes) {
+    showNotice(`The message is too long (over ${config.maxContentBytes.toLocaleString("en-US")} bytes).`);
+    return;
+  }
+  const frame = { type: "send", conversation: state.conversation, content, model: picker.value };
+  if (state.conversation === null) Object.assign(frame, settings.forNewChat());
+  const view = new MessageView({ id: null, role: "user", content, status: "pending" });
+  if (!submit(frame, { kind: "send", conversation: state.conversation, view, content })) return;
+  ui.thread.append(view.article);
+  ui.input.value = "";
+  autogrow();
+  stuckToBottom = true;
+  followBottom();
+}
+
+function regenerate() {
+  if (state.conversation === null || state.streaming) return;
+  submit({ type: "regenerate", conversation: state.conversation, model: picker.value }, {
+    kind: "regenerate",
+    conversation: state.conversation,
+  });
+}
+
+async function editLast(view) {
+  const content = await view.edit();
+  if (content === null || state.streaming) return;
+  submit({ type: "edit", message: view.id, content, model: picker.value }, {
+    kind: "edit",
+    conversation: state.conversation,
+    view,
+    content,
+  });
+}
+
+function stop() {
+  if (state.streaming !== null) socket.send({ type: "stop", message: state.streaming });
+}
+
+// --- frames from the server ----------------------------------------------------
+
+function isOurs(frame) {
+  const pending = state.pending;
+  if (!pending) return false;
+  // A brand-new conversation is one this socket has never watched.
+  if (pending.conversation === null) return !state.watched.has(frame.conversation);
+  return pending.conversation === frame.conversation;
+}
+
+function onStarted(frame) {
+  if (isOurs(frame)) {
+    const pending = state.pending;
+    state.pending = null;
+    if (state.conversation === null) {
+      state.conversation = frame.conversation;
+      history.pushState({}, "", `/c/${frame.conversation}/`);
+    }
+    state.watched.add(frame.conversation);
+    if (pending.view) {
+      pending.view.setId(frame.user_message);
+      pending.view.setStatus("complete");
+      pending.view.setUserText(pending.content);
+      state.views.set(frame.user_message, pending.view);
+    }
+    // An edit or a regeneration drops what followed the user's message.
+    for (const [id, view] of state.views) {
+      if (id > frame.user_message) {
+        view.article.remove();
+        state.views.delete(id);
+      }
+    }
+    setTitle(frame.title);
+    const view = addView({ id: frame.message, role: "assistant", status: "streaming", model: frame.model });
+    state.streaming = frame.message;
+    updateComposer();
+    stuckToBottom = true;
+    followBottom();
+    sidebar.setActive(frame.conversation);
+    sidebar.upsert(frame.conversation, frame.title);
+    sidebar.refresh();
+    return view;
+  }
+  if (frame.conversation === state.conversation) {
+    openConversation(frame.conversation, { push: false }); // another tab's turn: reload, then attach
+  } else {
+    sidebar.refresh();
+  }
+  return null;
+}
+
+function onDone(frame) {
+  const view = state.views.get(frame.message);
+  if (view) view.finish(frame);
+  if (state.streaming === frame.message) {
+    state.streaming = null;
+    updateComposer();
+    if (document.activeElement === document.body || !document.activeElement) ui.input.focus();
+  }
+  sidebar.refresh();
+}
+
+function onAttached(frame) {
+  if (frame.conversation !== state.conversation) return;
+  const streamingView = [...state.views.values()].find((view) => view.status === "streaming");
+  if (frame.message === null && streamingView) {
+    openConversation(frame.conversation, { push: false }); // it ended between the load and the attach
+  } else if (frame.message !== null && !state.views.has(frame.message)) {
+    openConversation(frame.conversation, { push: false }); // it started between the load and the attach
+  } else if (frame.message !== null && state.streaming !== frame.message) {
+    state.streaming = frame.message;
+    updateComposer();
+  }
+}
+
+function onError(frame) {
+  const pending = state.pending;
+  if (pending && frame.code !== "not_streaming") {
+    state.pending = null;
+    if (pending.kind === "send") {
+      pending.view.article.remove();
+      if (!ui.input.value) ui.input.value = pending.content; // nothing typed is lost
+      autogrow();
+    }
+  }
+  updateComposer();
+  if (frame.code !== "not_streaming") showNotice(frame.detail || `Error: ${frame.code}`);
+}
+
+function onFrame(frame) {
+  switch (frame.type) {
+    case "started":
+      return onStarted(frame);
+    case "delta":
+      return state.views.get(frame.message)?.applyDelta(frame);
+    case "snapshot":
+      return state.views.get(frame.message)?.applySnapshot(frame);
+    case "attached":
+      return onAttached(frame);
+    case "done":
+      return onDone(frame);
+    case "error":
+      return onError(frame);
+    default:
+      return undefined;
+  }
+}
+
+// --- wiring --------------------------------------------------------------------
+
+const sidebar = new Sidebar({
+  open: (id) => openConversation(id),
+  renamed: (id, title) => id === state.conversation && setTitle(title),
+  deleted: (id) => id === state.conversation && newChat(),
+  error: showNotice,
+});
+const picker = new ModelPicker($("model"));
+const settings = new SettingsPanel({ conversation: () => state.conversation, onError: showNotice });
+
+const socket = new ChatSocket(socketUrl(config.wsPath), {
+  onFrame,
+  onOpen(reconnect) {
+    document.documentElement.dataset.socket = "open"; // a hook for tests and styles
+    ui.reconnecting.hidden = true;
+    state.watched.clear(); // a new socket watches nothing yet
+    if (reconnect) {
+      sidebar.refresh();
+      if (state.conversation !== null) openConversation(state.conversation, { push: false });
+    } else if (state.conversation !== null && state.loaded) {
+      attach(state.conversation);
+    }
+  },
+  onDown() {
+    document.documentElement.dataset.socket = "down";
+    ui.reconnecting.hidden = false;
+    if (state.pending) onError({ code: "disconnected", detail: "The connection dropped before the server answered." });
+  },
+  onSignedOut() {
+    location.assign(`/accounts/login/?next=${encodeURIComponent(location.pathname)}`);
+  },
+});
+
+ui.composer.addEventListener("submit", (event) => {
+  event.preventDefault();
+  sendMessage();
+});
+ui.input.addEventListener("keydown", (event) => {
+  if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+    event.preventDefault();
+    sendMessage();
+  }
+});
+ui.input.addEventListener("input", autogrow);
+ui.stop.addEventListener("click", stop);
+$("new-chat").addEventListener("click", () => newChat());
+
+ui.thread.addEventListener("click", (event) => {
+  const button = event.target.closest("button[data-action]");
+  const article = button?.closest("article[data-message-id]");
+  if (!article) return;
+  const view = state.views.get(Number(article.dataset.messageId));
+  if (!view) return;
+  if (button.dataset.action === "regenerate") regenerate();
+  else if (button.dataset.action === "edit") editLast(view);
+  else if (button.dataset.action === "copy") navigator.clipboard.writeText(view.content).catch(() => {});
+});
+handleCopyClicks(ui.thread);
+
+// Phone-sized screens: the sidebar slides over the page behind the menu button.
+function closeSidebar() {
+  ui.layout.classList.remove("sidebar-open");
+  ui.menu.setAttribute("aria-expanded", "false");
+}
+ui.menu.addEventListener("click", () => {
+  const open = ui.layout.classList.toggle("sidebar-open");
+  ui.menu.setAttribute("aria-expanded", String(open));
+});
+$("scrim").addEventListener("click", closeSidebar);
+$("close-sidebar").addEventListener("click", closeSidebar);
+
+document.addEventListener("keydown", (event) => {
+  if ((event.ctrlKey || event.metaKey) && event.key.toLowerCase() === "k") {
+    event.preventDefault(); // the browser's own Ctrl+K focuses its search bar
+    newChat();
+  } else if (event.key === "Escape" && state.streaming !== null && !document.querySelector("dialog[open]")) {
+    event.preventDefault();
+    stop();
+  }
+});
+
+window.addEventListener("popstate", () => route());
+
+// --- start ---------------------------------------------------------------------
+
+sidebar.refresh();
+picker
+  .load()
+  .then(() => picker.choose(state.model))
+  .catch((error) => showNotice(`Could not load the models: ${error.message}`));
+if (config.conversation) openConversation(config.conversation, { push: false });
+else newChat({ push: false });

@@ -1,0 +1,255 @@
+// One message on the page: a user's text, or an assistant's answer with its thinking, status and usage.
+import { iconButton } from "./icons.js";
+import { StreamRenderer, renderMarkdown } from "./render.js";
+
+const NUMBER = new Intl.NumberFormat("en-US");
+
+function element(tag, className, text) {
+  const node = document.createElement(tag);
+  if (className) node.className = className;
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+export function formatCost(cost) {
+  if (cost === null || cost === undefined) return null;
+  const value = Number(cost);
+  if (value === 0) return "$0";
+  const decimals = value >= 0.01 ? 4 : Math.min(10, Math.ceil(-Math.log10(value)) + 1);
+  return `$${value.toFixed(decimals).replace(/0+$/, "").replace(/\.$/, "")}`;
+}
+
+function formatMs(ms) {
+  return ms < 1000 ? `${Math.round(ms)} ms` : `${(ms / 1000).toFixed(2)} s`;
+}
+
+/** The parts of the usage line: tokens, cost, time to first token, speed. */
+export function usageParts(usage) {
+  const approx = usage.estimated ? "≈" : "";
+  const parts = [[`${approx}${NUMBER.format(usage.prompt_tokens)} in`, "prompt tokens"]];
+  let out = `${approx}${NUMBER.format(usage.completion_tokens)} out`;
+  if (usage.reasoning_tokens) out += ` (${NUMBER.format(usage.reasoning_tokens)} reasoning)`;
+  parts.push([out, "completion tokens"]);
+  const cost = formatCost(usage.cost);
+  if (cost) parts.push([cost, "cost reported by the upstream"]);
+  if (usage.ttft_ms !== null && usage.ttft_ms !== undefined) {
+    parts.push([`TTFT ${formatMs(usage.ttft_ms)}`, "time to first token"]);
+  }
+  if (usage.tokens_per_second) parts.push([`${usage.tokens_per_second.toFixed(1)} tok/s`, "tokens per second"]);
+  if (usage.estimated) parts.push(["estimated", "the upstream sent no usage; counts are estimates"]);
+  return parts;
+}
+
+export function statusText(status, finishReason) {
+  if (status === "stopped") return "Stopped";
+  if (status === "interrupted") return "Interrupted: the answer ended early";
+  if (status === "failed") return "Failed";
+  if (finishReason === "length") return "Cut at the max tokens limit";
+  return "";
+}
+
+export class MessageView {
+  /** `message` has the API's shape (id, role, content, reasoning, status, ...). */
+  constructor(message, { onPaint } = {}) {
+    this.id = message.id;
+    this.role = message.role;
+    this.seq = 0; // the last delta applied
+    this.awaitingSnapshot = false; // after attach: deltas wait for the snapshot
+    this.article = element("article", `message ${message.role}`);
+    this.onPaint = onPaint || (() => {});
+    if (message.role === "user") this.buildUser(message);
+    else this.buildAssistant(message);
+    this.setId(message.id);
+    this.setStatus(message.status || "complete");
+  }
+
+  setId(id) {
+    this.id = id;
+    if (id === null || id === undefined) this.article.removeAttribute("data-message-id");
+    else this.article.dataset.messageId = id;
+  }
+
+  setStatus(status) {
+    this.status = status;
+    this.article.dataset.status = status;
+  }
+
+  buildUser(message) {
+    this.text = element("div", "user-text", message.content);
+    this.actions = element("div", "message-actions");
+    this.actions.append(iconButton("edit", "Edit"));
+    this.article.append(this.text, this.actions);
+  }
+
+  setUserText(content) {
+    this.text.textContent = content;
+  }
+
+  buildAssistant(message) {
+    this.meta = element("div", "message-meta", message.model || "");
+    this.thinking = element("details", "thinking");
+    this.thinkingSummary = element("summary", "", "Thinking…");
+    this.thinkingBody = element("div", "thinking-body");
+    this.thinking.append(this.thinkingSummary, this.thinkingBody);
+    this.thinking.hidden = true;
+    this.answer = element("div", "answer");
+    this.statusLine = element("p", "message-status");
+    this.statusLine.hidden = true;
+    this.error = element("p", "message-error");
+    this.error.hidden = true;
+    this.usage = element("div", "usage");
+    this.usage.hidden = true;
+    this.actions = element("div", "message-actions");
+    this.actions.append(iconButton("copy", "Copy answer"), iconButton("regenerate", "Regenerate"));
+    this.article.append(this.meta, this.thinking, this.answer, this.statusLine, this.error, this.usage, this.actions);
+    this.content = message.content || "";
+    this.reasoning = message.reasoning || "";
+    if (message.status === "streaming") {
+      this.startStreaming();
+      this.setReasoning(this.reasoning);
+      this.renderer.reset(this.content);
+      this.answerStarted = Boolean(this.content);
+      if (this.answerStarted) this.closeThinking();
+    } else {
+      this.showFinished(message);
+    }
+  }
+
+  startStreaming() {
+    this.renderer = new StreamRenderer(this.answer, this.onPaint);
+    this.answerStarted = false;
+  }
+
+  setReasoning(text) {
+    this.reasoning = text;
+    this.thinkingBody.textContent = text;
+    this.thinking.hidden = !text;
+    if (text && !this.answerStarted) this.thinking.open = true;
+  }
+
+  appendReasoning(text) {
+    this.reasoning += text;
+    this.thinkingBody.append(text); // a text node: O(1) however long the thinking grows
+    if (this.thinking.hidden) {
+      this.thinking.hidden = false;
+      if (!this.answerStarted) this.thinking.open = true;
+    }
+    this.onPaint();
+  }
+
+  appendContent(text) {
+    this.content += text;
+    if (!this.answerStarted && text.trim()) {
+      this.answerStarted = true;
+      this.closeThinking();
+    }
+    this.renderer.append(text);
+  }
+
+  /** The answer starts: the thinking folds away, showing how long it was. */
+  closeThinking() {
+    this.thinking.open = false;
+    this.thinkingSummary.textContent = this.thoughtFor();
+  }
+
+  thoughtFor() {
+    const length = this.reasoning.length;
+    return `Thought for ${NUMBER.format(length)} character${length === 1 ? "" : "s"}`;
+  }
+
+  /** A snapshot after attach: the text so far, replacing what the page had. */
+  applySnapshot(frame) {
+    this.awaitingSnapshot = false;
+    this.seq = frame.seq ?? Number.MAX_SAFE_INTEGER;
+    if (!this.renderer) this.startStreaming();
+    this.content = frame.content || "";
+    this.answerStarted = Boolean(this.content.trim());
+    this.setReasoning(frame.reasoning || "");
+    if (this.answerStarted) this.closeThinking();
+    this.renderer.reset(this.content);
+  }
+
+  applyDelta(frame) {
+    if (this.awaitingSnapshot || frame.seq <= this.seq) return;
+    this.seq = frame.seq;
+    if (frame.reasoning) this.appendReasoning(frame.reasoning);
+    if (frame.content) this.appendContent(frame.content);
+  }
+
+  /** `done`: final render, status, error and usage. */
+  finish(frame) {
+    if (this.renderer) this.renderer.finish();
+    this.renderer = null;
+    this.showFinished({ ...frame, content: this.content, reasoning: this.reasoning, rendered: true });
+  }
+
+  showFinished(message) {
+    if (!message.rendered) this.answer.replaceChildren(renderMarkdown(message.content || ""));
+    this.setReasoning(message.reasoning || "");
+    if (this.reasoning) {
+      this.thinking.open = false;
+      this.thinkingSummary.textContent = this.thoughtFor();
+    }
+    this.setStatus(message.status);
+    const label = statusText(message.status, message.finish_reason);
+    this.statusLine.textContent = label;
+    this.statusLine.hidden = !label;
+    this.error.textContent = message.error || "";
+    this.error.hidden = !message.error;
+    this.showUsage(message.usage);
+    this.onPaint();
+  }
+
+  showUsage(usage) {
+    this.usage.replaceChildren();
+    this.usage.hidden = !usage;
+    if (!usage) return;
+    for (const [text, title] of usageParts(usage)) {
+      const part = element("span", "", text);
+      part.title = title;
+      this.usage.append(part);
+    }
+  }
+
+  /** Inline editor for the last user message; resolves with the new text, or null. */
+  edit() {
+    return new Promise((resolve) => {
+      const box = element("form", "edit-box");
+      const area = element("textarea");
+      area.value = this.text.textContent;
+      area.setAttribute("aria-label", "Edit message");
+      const buttons = element("div");
+      const cancel = element("button", "button", "Cancel");
+      cancel.type = "button";
+      const save = element("button", "button primary", "Save and send");
+      save.type = "submit";
+      buttons.append(cancel, save);
+      box.append(area, buttons);
+      this.text.hidden = true;
+      this.actions.hidden = true;
+      this.article.prepend(box);
+      const close = (value) => {
+        box.remove();
+        this.text.hidden = false;
+        this.actions.hidden = false;
+        resolve(value);
+      };
+      cancel.addEventListener("click", () => close(null));
+      box.addEventListener("submit", (event) => {
+        event.preventDefault();
+        close(area.value.trim() ? area.value : null);
+      });
+      area.addEventListener("keydown", (event) => {
+        if (event.key === "Escape") {
+          event.stopPropagation(); // Escape cancels the edit, it does not stop a stream
+          close(null);
+        } else if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+          event.preventDefault();
+          box.requestSubmit();
+        }
+      });
+      area.focus();
+      area.setSelectionRange(area.value.length, area.value.length);
+    });
+  }
+}

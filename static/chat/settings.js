@@ -1,0 +1,125 @@
+// The model picker and the request settings (temperature, max tokens, system prompt) of a conversation.
+import { api } from "./api.js";
+
+const MODEL_KEY = "chat.model";
+
+export class ModelPicker {
+  constructor(select) {
+    this.select = select;
+    this.defaultModel = null;
+    this.select.addEventListener("change", () => {
+      // The last explicit choice is the starting point of every new chat.
+      if (this.select.value) localStorage.setItem(MODEL_KEY, this.select.value);
+    });
+  }
+
+  async load() {
+    const data = await api("/api/models");
+    this.defaultModel = data.default;
+    const groups = new Map();
+    for (const model of data.models) {
+      if (!groups.has(model.provider)) {
+        const group = document.createElement("optgroup");
+        group.label = model.provider;
+        groups.set(model.provider, group);
+      }
+      const option = document.createElement("option");
+      option.value = model.qualified;
+      option.textContent = model.id;
+      groups.get(model.provider).append(option);
+    }
+    this.select.replaceChildren(...groups.values());
+    this.select.disabled = data.models.length === 0;
+    return data;
+  }
+
+  has(value) {
+    return Boolean(value) && [...this.select.options].some((option) => option.value === value);
+  }
+
+  /** A conversation's own model wins; else the last choice; else the server's default. */
+  choose(conversationModel) {
+    const saved = localStorage.getItem(MODEL_KEY);
+    for (const candidate of [conversationModel, saved, this.defaultModel]) {
+      if (this.has(candidate)) {
+        this.select.value = candidate;
+        return;
+      }
+    }
+  }
+
+  get value() {
+    return this.select.value || undefined;
+  }
+}
+
+export class SettingsPanel {
+  /** onError(message); `conversation()` returns the open conversation's id or null. */
+  constructor({ conversation, onError }) {
+    this.conversation = conversation;
+    this.onError = onError;
+    this.panel = document.getElementById("settings-panel");
+    this.button = document.getElementById("settings-button");
+    this.note = document.getElementById("settings-note");
+    this.temperature = document.getElementById("param-temperature");
+    this.maxTokens = document.getElementById("param-max-tokens");
+    this.systemPrompt = document.getElementById("param-system-prompt");
+    this.button.addEventListener("click", () => this.toggle());
+    this.temperature.addEventListener("change", () => {
+      this.save({ params: { temperature: this.number(this.temperature) } });
+    });
+    this.maxTokens.addEventListener("change", () => {
+      this.save({ params: { max_tokens: this.integer(this.maxTokens) } });
+    });
+    this.systemPrompt.addEventListener("change", () => this.save({ system_prompt: this.systemPrompt.value }));
+  }
+
+  toggle(open = this.panel.hidden) {
+    this.panel.hidden = !open;
+    this.button.setAttribute("aria-expanded", String(open));
+  }
+
+  number(input) {
+    return input.value === "" || Number.isNaN(input.valueAsNumber) ? null : input.valueAsNumber;
+  }
+
+  integer(input) {
+    const value = this.number(input);
+    return value === null ? null : Math.round(value);
+  }
+
+  /** Fill from a conversation (or clear for a new chat). */
+  fill(conversation) {
+    const params = conversation?.params || {};
+    this.temperature.value = params.temperature ?? "";
+    this.maxTokens.value = params.max_tokens ?? "";
+    this.systemPrompt.value = conversation?.system_prompt || "";
+    this.note.textContent = conversation
+      ? "Saved on this conversation when changed."
+      : "Sent with the first message of this new chat.";
+  }
+
+  /** What the first `send` of a new chat carries. */
+  forNewChat() {
+    const params = {};
+    const temperature = this.number(this.temperature);
+    const maxTokens = this.integer(this.maxTokens);
+    if (temperature !== null) params.temperature = temperature;
+    if (maxTokens !== null) params.max_tokens = maxTokens;
+    const extra = {};
+    if (Object.keys(params).length) extra.params = params;
+    if (this.systemPrompt.value.trim()) extra.system_prompt = this.systemPrompt.value;
+    return extra;
+  }
+
+  async save(change) {
+    const id = this.conversation();
+    if (id === null) return; // a new chat sends them with its first message
+    try {
+      await api(`/api/conversations/${id}`, { method: "PATCH", body: change });
+      this.note.textContent = "Saved.";
+    } catch (error) {
+      this.onError(`Could not save the settings: ${error.message}`);
+    }
+  }
+}

@@ -1,0 +1,160 @@
+// The conversation list: newest first, server-side search, rename and delete behind in-page dialogs.
+import { api } from "./api.js";
+import { iconButton } from "./icons.js";
+
+const SEARCH_DEBOUNCE_MS = 250;
+/** Opens a <dialog> and resolves true when its form is submitted with the confirm button. */
+function ask(dialog) {
+  return new Promise((resolve) => {
+    dialog.returnValue = "";
+    dialog.addEventListener("close", () => resolve(dialog.returnValue === "confirm"), { once: true });
+    dialog.showModal();
+  });
+}
+
+export async function confirmDelete(title) {
+  const dialog = document.getElementById("confirm-dialog");
+  document.getElementById("confirm-text").textContent = `“${title}” and all its messages will be deleted.`;
+  const confirmed = ask(dialog);
+  document.getElementById("confirm-ok").focus();
+  return confirmed;
+}
+
+export async function promptTitle(current) {
+  const dialog = document.getElementById("rename-dialog");
+  const input = document.getElementById("rename-input");
+  input.value = current;
+  const confirmed = ask(dialog);
+  input.select();
+  return (await confirmed) && input.value.trim() ? input.value.trim() : null;
+}
+
+export class Sidebar {
+  /** handlers: open(id), renamed(id, title), deleted(id), error(message) */
+  constructor(handlers) {
+    this.handlers = handlers;
+    this.list = document.getElementById("conversation-list");
+    this.empty = document.getElementById("list-empty");
+    this.search = document.getElementById("search");
+    this.active = null;
+    this.items = new Map(); // id -> summary
+    this.request = null;
+    this.debounce = 0;
+    this.search.addEventListener("input", () => {
+      clearTimeout(this.debounce);
+      this.debounce = setTimeout(() => this.refresh(), SEARCH_DEBOUNCE_MS);
+    });
+    this.list.addEventListener("click", (event) => this.onClick(event));
+  }
+
+  async refresh() {
+    // A newer query wins: an older answer arriving late must not overwrite it.
+    this.request?.abort();
+    const request = new AbortController();
+    this.request = request;
+    const query = this.search.value.trim();
+    try {
+      const data = await api(`/api/conversations${query ? `?q=${encodeURIComponent(query)}` : ""}`, {
+        signal: request.signal,
+      });
+      this.render(data.conversations, query);
+    } catch (error) {
+      if (error.name !== "AbortError") this.handlers.error(`Could not load conversations: ${error.message}`);
+    }
+  }
+
+  render(conversations, query) {
+    this.items = new Map(conversations.map((c) => [c.id, c]));
+    const rows = conversations.map((conversation) => this.row(conversation));
+    this.list.replaceChildren(...rows);
+    this.list.dataset.query = query;
+    this.empty.textContent = query ? "No conversation matches." : "No conversations yet.";
+    this.empty.hidden = conversations.length > 0;
+  }
+
+  row(conversation) {
+    const item = document.createElement("li");
+    item.dataset.conversationId = conversation.id;
+    item.classList.toggle("active", conversation.id === this.active);
+    const link = document.createElement("a");
+    link.href = `/c/${conversation.id}/`;
+    link.textContent = conversation.title || "New chat";
+    link.title = conversation.title || "New chat";
+    if (conversation.id === this.active) link.setAttribute("aria-current", "page");
+    const actions = document.createElement("span");
+    actions.className = "conversation-actions";
+    const title = conversation.title || "New chat";
+    actions.append(iconButton("rename", `Rename “${title}”`, 15), iconButton("delete", `Delete “${title}”`, 15));
+    item.append(link, actions);
+    return item;
+  }
+
+  setActive(id) {
+    this.active = id;
+    for (const item of this.list.children) {
+      const current = Number(item.dataset.conversationId) === id;
+      item.classList.toggle("active", current);
+      const link = item.querySelector("a");
+      if (current) link.setAttribute("aria-current", "page");
+      else link.removeAttribute("aria-current");
+    }
+  }
+
+  /** A conversation just started here: listed at once, before the next refresh answers. */
+  upsert(id, title) {
+    if (this.items.has(id) || this.search.value.trim()) return this.setTitle(id, title);
+    const summary = { id, title, model: "", updated: new Date().toISOString() };
+    this.items.set(id, summary);
+    this.list.prepend(this.row(summary));
+    this.empty.hidden = true;
+  }
+
+  /** Shows a title at once (a new conversation, a rename) before the next refresh. */
+  setTitle(id, title) {
+    const link = this.list.querySelector(`li[data-conversation-id="${id}"] a`);
+    if (link) link.textContent = link.title = title;
+  }
+
+  async onClick(event) {
+    const item = event.target.closest("li[data-conversation-id]");
+    if (!item) return;
+    const id = Number(item.dataset.conversationId);
+    const button = event.target.closest("button[data-action]");
+    if (!button) {
+      const link = event.target.closest("a");
+      // Let the browser handle new-tab clicks; a plain click opens in place.
+      if (!link || event.ctrlKey || event.metaKey || event.shiftKey || event.button !== 0) return;
+      event.preventDefault();
+      this.handlers.open(id);
+      return;
+    }
+    const title = this.items.get(id)?.title || "New chat";
+    if (button.dataset.action === "rename") await this.rename(id, title);
+    else await this.remove(id, title);
+  }
+
+  async rename(id, current) {
+    const title = await promptTitle(current);
+    if (!title || title === current) return;
+    try {
+      const data = await api(`/api/conversations/${id}`, { method: "PATCH", body: { title } });
+      this.setTitle(id, data.title);
+      this.handlers.renamed(id, data.title);
+      await this.refresh();
+    } catch (error) {
+      this.handlers.error(`Could not rename: ${error.message}`);
+    }
+  }
+
+  async remove(id, title) {
+    if (!(await confirmDelete(title))) return;
+    try {
+      await api(`/api/conversations/${id}`, { method: "DELETE" });
+      this.list.querySelector(`li[data-conversation-id="${id}"]`)?.remove();
+      this.handlers.deleted(id);
+      await this.refresh();
+    } catch (error) {
+      this.handlers.error(`Could not delete: ${error.message}`);
+    }
+  }
+}

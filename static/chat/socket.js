@@ -1,0 +1,82 @@
+// The chat websocket: JSON frames in and out, reconnecting by itself with backoff and jitter.
+
+const FIRST_DELAY_MS = 500;
+const MAX_DELAY_MS = 10000;
+const UNAUTHENTICATED = 4401; // the server's close code for a signed-out session
+
+export function socketUrl(path) {
+  const scheme = location.protocol === "https:" ? "wss:" : "ws:";
+  return `${scheme}//${location.host}${path}`;
+}
+
+export class ChatSocket {
+  /** handlers: onFrame(frame), onOpen(isReconnect), onDown(), onSignedOut() */
+  constructor(url, handlers) {
+    this.url = url;
+    this.handlers = handlers;
+    this.attempt = 0;
+    this.everOpened = false;
+    this.timer = 0;
+    this.ws = null;
+    this.connect();
+    // A laptop waking up or a phone regaining signal: try at once instead of waiting.
+    window.addEventListener("online", () => this.retryNow());
+  }
+
+  get isOpen() {
+    return this.ws !== null && this.ws.readyState === WebSocket.OPEN;
+  }
+
+  connect() {
+    this.timer = 0;
+    const ws = new WebSocket(this.url);
+    this.ws = ws;
+    ws.addEventListener("open", () => {
+      const reconnect = this.everOpened || this.attempt > 0;
+      this.attempt = 0;
+      this.everOpened = true;
+      this.handlers.onOpen(reconnect);
+    });
+    ws.addEventListener("message", (event) => {
+      let frame;
+      try {
+        frame = JSON.parse(event.data);
+      } catch {
+        return; // the server only sends JSON; ignore anything else
+      }
+      this.handlers.onFrame(frame);
+    });
+    ws.addEventListener("close", (event) => {
+      if (this.ws !== ws) return;
+      this.ws = null;
+      if (event.code === UNAUTHENTICATED) {
+        this.handlers.onSignedOut();
+        return;
+      }
+      this.handlers.onDown();
+      this.scheduleReconnect();
+    });
+  }
+
+  scheduleReconnect() {
+    // 0.5 s doubling to 10 s; the jitter keeps a whole team from reconnecting in step after a restart.
+    const base = Math.min(MAX_DELAY_MS, FIRST_DELAY_MS * 2 ** this.attempt);
+    const delay = base * (0.75 + Math.random() * 0.5);
+    this.attempt += 1;
+    this.timer = setTimeout(() => this.connect(), delay);
+  }
+
+  retryNow() {
+    if (this.timer) {
+      clearTimeout(this.timer);
+      this.connect();
+    }
+  }
+
+  /** Sends a frame; false when the socket is down (the caller tells the user). */
+  send(frame) {
+    if (!this.isOpen) return false;
+    this.ws.send(JSON.stringify(frame));
+    return true;
+  }
+}
