@@ -1,0 +1,84 @@
+"""Helpers for the real-browser tests of the chat page (tests/test_page.py)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from django.conf import settings
+from playwright.sync_api import BrowserContext, Locator, Page, expect
+
+from tests.conftest import session_cookie
+
+ROOT = Path(__file__).resolve().parent.parent
+SCREENSHOTS = ROOT / "test-artifacts" / "screenshots"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+]
+I14 = "i14/i14-sugarglider-nemotron3-super-120B-v1"
+API14_MINI = "api14/openai/gpt-5-mini"
+CLAUDE = "infyrence/claude-sonnet-5"
+
+
+def sign_in(context: BrowserContext, user, url: str) -> None:
+    """A session cookie for `user`, as if they had used the login form."""
+    context.add_cookies([{"name": settings.SESSION_COOKIE_NAME, "value": session_cookie(user), "url": url}])
+
+
+def open_chat(page: Page, path: str = "/") -> None:
+    """Open the page and wait until its socket is connected and the models are listed."""
+    page.goto(path)
+    expect(page.locator("#model option").first).to_be_attached()
+    expect(page.locator("html")).to_have_attribute("data-socket", "open")
+
+
+def choose_model(page: Page, qualified: str) -> None:
+    page.get_by_label("Model").select_option(qualified)
+
+
+def send(page: Page, text: str) -> Locator:
+    """Type a message, press Enter, and return the reply's article once it exists."""
+    before = page.locator("article.message.assistant").count()
+    box = page.get_by_label("Message")
+    box.fill(text)
+    box.press("Enter")
+    reply = page.locator("article.message.assistant").nth(before)
+    expect(reply).to_have_attribute("data-message-id", re.compile(r"^\d+$"))
+    return reply
+
+
+def last_reply(page: Page) -> Locator:
+    return page.locator("article.message.assistant").last
+
+
+def answer_length(reply: Locator) -> int:
+    return reply.locator(".answer").evaluate("el => el.textContent.length")
+
+
+def wait_longer_while_streaming(page: Page, reply: Locator, than: int) -> int:
+    """Wait until the answer is longer than `than` characters while the reply is still streaming."""
+    message_id = reply.get_attribute("data-message-id")
+    handle = page.wait_for_function(
+        """([id, than]) => {
+            const article = document.querySelector(`article[data-message-id="${id}"]`);
+            if (!article || article.dataset.status !== "streaming") return false;
+            const length = article.querySelector(".answer").textContent.length;
+            return length > than ? length : false;
+        }""",
+        arg=[message_id, than],
+    )
+    return handle.json_value()
+
+
+def wait_done(reply: Locator, status: str = "complete", timeout: float = 30_000) -> None:
+    expect(reply).to_have_attribute("data-status", status, timeout=timeout)
+
+
+def screenshot(page: Page, name: str) -> None:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), animations="disabled")

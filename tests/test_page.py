@@ -1,0 +1,670 @@
+"""The chat page in a real Chromium, against the real server (daphne) and the fake upstream.
+
+Nothing here sleeps to synchronise: Playwright's expect() and wait_for_function() poll the
+page, and "it grows while it streams" is checked by capturing a length and waiting for more.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+
+import pytest
+from django.db import connection
+from playwright.sync_api import expect, sync_playwright
+
+from chat.fakeupstream import _FILLER_WORDS, _REASONING_TEXT, _cycle_pieces
+from chat.models import Conversation, Message
+from tests.live import LiveServer, database_url
+from tests.page_helpers import (
+    API14_MINI,
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    CLAUDE,
+    answer_length,
+    choose_model,
+    last_reply,
+    open_chat,
+    screenshot,
+    send,
+    sign_in,
+    wait_done,
+    wait_longer_while_streaming,
+)
+
+expect.set_options(timeout=15_000)
+ASYNC_UNSAFE = "DJANGO_ALLOW_ASYNC_UNSAFE"
+
+
+def filler(chunks: int) -> str:
+    """The text the fake streams for [[chunks:N]]."""
+    return "".join(_FILLER_WORDS[i % len(_FILLER_WORDS)] + " " for i in range(chunks)).strip()
+
+
+@pytest.fixture(scope="module")
+def browser(server):
+    """One Chromium for all the page tests (the system one: nothing is ever downloaded).
+
+    Module-scoped, not session-scoped: Playwright's sync API keeps an event loop marked as
+    running in this thread, which would break the asyncio tests of the modules that follow.
+    For the same reason Django's ORM, called by fixtures here, must be told it is safe; the
+    server was started before, so its process does not inherit that.
+    """
+    previous = os.environ.get(ASYNC_UNSAFE)
+    os.environ[ASYNC_UNSAFE] = "1"
+    try:
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+            yield browser
+            browser.close()
+    finally:
+        if previous is None:
+            del os.environ[ASYNC_UNSAFE]
+        else:
+            os.environ[ASYNC_UNSAFE] = previous
+
+
+@pytest.fixture
+def new_page(browser, server):
+    """new_page(user=None, url=server.url, **context options): a fresh context; page errors fail the test."""
+    contexts = []
+    errors: list[str] = []
+
+    def make(user=None, url=None, **options):
+        context = browser.new_context(base_url=url or server.url, **options)
+        contexts.append(context)
+        if user is not None:
+            sign_in(context, user, url or server.url)
+        page = context.new_page()
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        return page
+
+    yield make
+    for context in contexts:
+        context.close()
+    assert not errors, f"uncaught errors in the page: {errors}"
+
+
+@pytest.fixture
+def page(new_page, alice, providers):
+    """Alice, signed in, on an empty chat page (the default model: i14, which reasons first)."""
+    page = new_page(alice)
+    open_chat(page)
+    return page
+
+
+def conversation_for(user, title: str, *texts: str, model: str = CLAUDE) -> Conversation:
+    """A finished conversation stored directly: (user, assistant) message pairs from `texts`."""
+    conversation = Conversation.objects.create(owner=user, title=title, model=model)
+    for index, text in enumerate(texts):
+        role = Message.Role.USER if index % 2 == 0 else Message.Role.ASSISTANT
+        Message.objects.create(conversation=conversation, role=role, content=text, model=model.split("/", 1)[1])
+    return conversation
+
+
+# --- signing in -------------------------------------------------------------------
+
+
+def test_sign_in_through_the_form_and_a_wrong_password_is_refused(new_page, alice, providers):
+    page = new_page()
+    page.goto("/c/1/")
+    expect(page).to_have_url(re.compile(r"/accounts/login/\?next=/c/1/"))  # every chat URL needs a user
+    page.get_by_label("Username").fill("alice")
+    page.get_by_label("Password").fill("not-her-password")
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.get_by_role("alert")).to_contain_text("correct username and password")
+    screenshot(page, "login-error")
+    page.get_by_label("Password").fill("alice-secret-pw")
+    page.get_by_role("button", name="Sign in").click()
+    # /c/1/ is nobody's: a 404 proves the redirect kept `next`; then the chat itself.
+    expect(page.get_by_role("heading", name="Not Found")).to_be_visible()
+    open_chat(page)
+    expect(page.locator(".sidebar-foot .username")).to_have_text("alice")
+    page.get_by_role("button", name="Sign out").click()
+    expect(page).to_have_url(re.compile(r"/accounts/login/$"))
+    page.goto("/")
+    expect(page).to_have_url(re.compile(r"/accounts/login/\?next=/$"))
+
+
+def test_change_password(new_page, alice, providers):
+    page = new_page(alice)
+    open_chat(page)
+    page.get_by_role("link", name="Change password").click()
+    page.get_by_label("Old password").fill("alice-secret-pw")
+    page.get_by_label("New password", exact=True).fill("a-brand-new-secret-19")
+    page.get_by_label("New password confirmation").fill("a-brand-new-secret-19")
+    page.get_by_role("button", name="Change password").click()
+    expect(page.get_by_role("heading", name="Password changed")).to_be_visible()
+    alice.refresh_from_db()
+    assert alice.check_password("a-brand-new-secret-19")
+
+
+# --- streaming ----------------------------------------------------------------------
+
+
+def test_send_and_watch_the_reply_grow_while_it_streams(page):
+    expect(page.get_by_role("button", name="New chat")).to_be_visible()
+    expect(page.locator("#demo-banner")).to_have_count(0)  # real providers: no demo banner
+    box = page.get_by_label("Message")
+    box.fill("first line")
+    box.press("Shift+Enter")  # a new line, not a send
+    box.press_sequentially("second line")
+    assert box.input_value() == "first line\nsecond line"
+    height = box.evaluate("el => el.offsetHeight")
+    box.press("Shift+Enter")
+    box.press("Shift+Enter")
+    assert box.evaluate("el => el.offsetHeight") > height  # it grows with the text
+    reply = send(page, "[[delay:40]] [[chunks:120]] hello")
+    first = wait_longer_while_streaming(page, reply, 0)
+    expect(box).to_be_disabled()  # one stream per conversation
+    expect(page.get_by_role("button", name="Stop")).to_be_visible()
+    expect(page.get_by_role("button", name="Send")).to_be_hidden()
+    second = wait_longer_while_streaming(page, reply, first)
+    assert second > first
+    screenshot(page, "streaming")
+    wait_done(reply)
+    expect(reply.locator(".answer")).to_have_text(filler(120))
+    expect(box).to_be_enabled()
+    expect(page.get_by_role("button", name="Send")).to_be_visible()
+    expect(page).to_have_url(re.compile(r"/c/\d+/$"))
+
+
+def test_reasoning_streams_in_an_open_thinking_block_that_folds_when_the_answer_starts(page):
+    reply = send(page, "[[reasoning:60]] [[delay:40]] [[chunks:30]] think first")
+    thinking = reply.locator("details.thinking")
+    # Checked in the page at every frame: open, titled "Thinking…", growing, no answer yet.
+    thinking_now = """([article, than]) => {
+        const details = article.querySelector("details.thinking");
+        const length = details.querySelector(".thinking-body").textContent.length;
+        const ok = article.dataset.status === "streaming" && details.open && length > than
+            && details.querySelector("summary").textContent === "Thinking…"
+            && article.querySelector(".answer").textContent === "";
+        return ok ? length : false;
+    }"""
+    article = reply.element_handle()
+    length = page.wait_for_function(thinking_now, arg=[article, 0]).json_value()
+    page.wait_for_function(thinking_now, arg=[article, length])
+    screenshot(page, "thinking")
+    expect(reply.locator(".answer")).not_to_be_empty()
+    expect(thinking).not_to_have_attribute("open", "")  # folded as soon as the answer starts
+    wait_done(reply)
+    reasoning = "".join(_cycle_pieces(_REASONING_TEXT, 60))
+    expect(thinking.locator("summary")).to_have_text(f"Thought for {len(reasoning):,} characters")
+    expect(thinking).not_to_have_attribute("open", "")
+    expect(thinking.locator(".thinking-body")).to_have_text(reasoning.strip())
+    page.reload()  # a finished message keeps it, folded
+    reply = last_reply(page)
+    expect(reply.locator("details.thinking summary")).to_have_text(f"Thought for {len(reasoning):,} characters")
+    expect(reply.locator("details.thinking")).not_to_have_attribute("open", "")
+
+
+def test_markdown_table_highlighted_code_and_copy_button(new_page, alice, providers):
+    page = new_page(alice, permissions=["clipboard-read", "clipboard-write"])
+    open_chat(page)
+    reply = send(page, "show me markdown")
+    wait_done(reply)
+    answer = reply.locator(".answer")
+    expect(answer.locator("table th").first).to_have_text("What")
+    expect(answer.locator("ul > li")).to_have_count(3)
+    expect(answer.locator("strong").first).to_have_text("demo upstream")
+    block = answer.locator(".code-block")
+    expect(block.locator(".code-lang")).to_have_text("python")
+    expect(block.locator("code.language-python .hljs-keyword").first).to_have_text("def")
+    block.get_by_role("button", name="Copy code").click()
+    expect(block.get_by_role("button", name="Copy code")).to_have_text("Copied")
+    copied = page.evaluate("() => navigator.clipboard.readText()")
+    assert copied == 'def greet(name: str) -> str:\n    return f"Hello, {name}!"'
+    screenshot(page, "finished")
+
+
+def test_finished_blocks_are_not_rendered_again_while_the_answer_streams(page):
+    reply = send(page, "[[delay:30]] incremental")
+    article = reply.element_handle()
+    # Mark the first paragraph once the table is there, mid-stream (checked at every frame)...
+    page.wait_for_function(
+        """(article) => {
+            const table = article.querySelector(".answer table");
+            if (!table || article.dataset.status !== "streaming") return false;
+            article.querySelector(".answer p").dataset.probe = "kept";
+            return true;
+        }""",
+        arg=article,
+    )
+    # ...and, blocks later, still mid-stream, it is the very same node: it was not rendered again.
+    page.wait_for_function(
+        """(article) => article.dataset.status === "streaming" && article.querySelector(".answer .code-block")
+            && article.querySelector(".answer p").dataset.probe === "kept" """,
+        arg=article,
+    )
+    wait_done(reply)
+
+
+def test_a_20000_token_answer_streams_smoothly(page):
+    paragraph = "Some **bold** words, a [link](https://example.com/) and `code` in a sentence. " * 4
+    document = "\n\n".join(f"## Part {i}\n\n{paragraph}\n\n- one\n- two" for i in range(240))
+    assert len(document) // 4 >= 20_000  # [[echo]] streams it 4 characters at a time
+    page.evaluate(
+        """() => {
+            window.__longest = 0;
+            new PerformanceObserver((list) => {
+                for (const entry of list.getEntries()) window.__longest = Math.max(window.__longest, entry.duration);
+            }).observe({ type: "longtask" });
+        }"""
+    )
+    page.get_by_role("button", name="Settings").click()
+    page.get_by_label("Max tokens").fill("30000")  # above the server's default of 8192
+    # Typing 80 kB into a textarea is slow in any page (the browser's editing code): set it at once.
+    box = page.get_by_label("Message")
+    box.evaluate("(el, text) => { el.value = text; el.dispatchEvent(new Event('input')); }", "[[echo]] " + document)
+    page.evaluate("() => { window.__longest = 0; }")
+    box.press("Enter")
+    reply = last_reply(page)
+    expect(reply).to_have_attribute("data-status", "streaming")
+    wait_done(reply, timeout=60_000)
+    expect(reply.locator(".answer h2")).to_have_count(240)
+    expect(reply.locator(".message-status")).to_be_hidden()
+    longest = page.evaluate("() => window.__longest")
+    assert longest < 500, f"a task of {longest:.0f} ms blocked the page"
+
+    # The fake sends that burst in a second or two; at a model's pace the page paints once per
+    # frame for minutes. Replay it so, 8 tokens per frame: each paint must stay cheap however
+    # long the answer already is (a renderer redoing the whole text per frame fails here).
+    timing = page.evaluate(
+        """async (text) => {
+            const { StreamRenderer } = await import("/static/chat/render.js");
+            const root = document.createElement("div");
+            root.className = "answer";
+            document.getElementById("thread").append(root);
+            const renderer = new StreamRenderer(root);
+            let longest = 0, total = 0, frames = 0;
+            for (let i = 0; i < text.length && total < 20000; i += 32, frames++) {
+                renderer.append(text.slice(i, i + 32));
+                const start = performance.now();
+                renderer.flush();
+                const took = performance.now() - start;
+                total += took;
+                longest = Math.max(longest, took);
+            }
+            renderer.finish();
+            return { longest, total, frames, headings: root.querySelectorAll("h2").length };
+        }""",
+        document,
+    )
+    assert timing["headings"] == 240 and timing["frames"] >= 2500, timing
+    assert timing["total"] < 12_000 and timing["longest"] < 100, timing
+
+
+def test_user_message_html_is_shown_as_text(page):
+    dialogs: list[str] = []
+    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+    reply = send(page, "<b>bold?</b> <img src=x onerror=alert(4)>\nsecond line [[chunks:3]]")
+    wait_done(reply)
+    for _ in range(2):  # as sent, then as loaded from the server
+        user = page.locator("article.message.user").last
+        expect(user.locator(".user-text")).to_have_text(
+            "<b>bold?</b> <img src=x onerror=alert(4)>\nsecond line [[chunks:3]]"
+        )
+        assert user.locator("b, img").count() == 0
+        page.reload()
+    assert dialogs == []
+
+
+def test_html_and_javascript_in_a_reply_do_nothing(page):
+    dialogs: list[str] = []
+    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+    foreign: list[str] = []
+    page.on("request", lambda request: "example.org" in request.url and foreign.append(request.url))
+    reply = send(
+        page,
+        "[[echo]] <img src=x onerror=alert(1)> <script>alert(2)</script> [link](javascript:alert(3)) "
+        "[fine](https://example.com/) ![pixel](https://example.org/pixel.png)",
+    )
+    wait_done(reply)
+    messages = page.locator("#messages")
+    expect(reply.locator(".answer")).to_contain_text("<img src=x onerror=alert(1)> <script>alert(2)</script>")
+    assert messages.locator("img").count() == 0
+    assert messages.locator("script").count() == 0
+    assert messages.locator('a[href^="javascript:"]').count() == 0
+    expect(reply.locator(".answer a", has_text="link")).not_to_have_attribute("href", re.compile("."))
+    fine = reply.locator('.answer a[href="https://example.com/"]')
+    expect(fine).to_have_attribute("rel", "noopener noreferrer")
+    expect(fine).to_have_attribute("target", "_blank")
+    page.reload()
+    expect(last_reply(page).locator(".answer")).to_contain_text("<script>alert(2)</script>")
+    assert page.locator("#messages img, #messages script").count() == 0
+    assert dialogs == [] and foreign == []
+
+
+# --- stop, reload, errors -------------------------------------------------------------
+
+
+def test_stop_keeps_the_partial_answer_marked_stopped(page):
+    reply = send(page, "[[delay:40]] [[chunks:200]] a long one")
+    wait_longer_while_streaming(page, reply, 20)
+    page.get_by_role("button", name="Stop").click()
+    wait_done(reply, "stopped")
+    expect(reply.locator(".message-status")).to_have_text("Stopped")
+    partial = reply.locator(".answer").inner_text()
+    assert 20 < len(partial) < len(filler(200))
+    expect(page.get_by_label("Message")).to_be_enabled()
+    page.reload()
+    reply = last_reply(page)
+    expect(reply).to_have_attribute("data-status", "stopped")
+    expect(reply.locator(".answer")).to_have_text(partial)
+
+
+def test_keyboard_escape_stops_and_ctrl_k_starts_a_new_chat(page):
+    reply = send(page, "[[delay:40]] [[chunks:200]] stop me")
+    wait_longer_while_streaming(page, reply, 0)
+    page.keyboard.press("Escape")
+    wait_done(reply, "stopped")
+    page.keyboard.press("Control+k")
+    expect(page).to_have_url(re.compile(r"/$"))
+    expect(page.locator("article.message")).to_have_count(0)
+    expect(page.get_by_role("heading", level=1)).to_have_text("New chat")
+    expect(page.get_by_label("Message")).to_be_focused()
+
+
+def test_reload_mid_stream_resumes_and_ends_complete(page):
+    reply = send(page, "[[delay:30]] [[chunks:200]] survive a reload")
+    message_id = reply.get_attribute("data-message-id")
+    wait_longer_while_streaming(page, reply, 30)
+    page.reload()
+    reply = page.locator(f'article[data-message-id="{message_id}"]')
+    before = wait_longer_while_streaming(page, reply, 0)
+    wait_longer_while_streaming(page, reply, before)  # still growing after the reload
+    wait_done(reply)
+    expect(reply.locator(".answer")).to_have_text(filler(200))
+    expect(page.locator("#conversation-list a", has_text="survive a reload")).to_have_attribute(
+        "href", re.compile(r"^/c/\d+/$")
+    )
+
+
+def test_a_second_tab_on_the_same_conversation_follows_the_stream(page):
+    wait_done(send(page, "[[chunks:3]] start here"))
+    other = page.context.new_page()
+    open_chat(other, page.url)
+    reply = send(page, "[[delay:30]] [[chunks:100]] watch me from the other tab")
+    mirrored = other.locator(f'article[data-message-id="{reply.get_attribute("data-message-id")}"]')
+    grown = wait_longer_while_streaming(other, mirrored, 0)
+    wait_longer_while_streaming(other, mirrored, grown)
+    expect(other.locator("article.message.user").last).to_have_text(
+        "[[delay:30]] [[chunks:100]] watch me from the other tab"
+    )
+    wait_done(mirrored)
+    expect(mirrored.locator(".answer")).to_have_text(filler(100))
+
+
+def test_failed_upstream_shows_the_error_under_the_partial_text(page):
+    choose_model(page, API14_MINI)
+    reply = send(page, "[[fault:midstream]] [[chunks:40]] break please")
+    wait_done(reply, "failed")
+    expect(reply.locator(".message-error")).to_contain_text("Provider disconnected")
+    expect(reply.locator(".message-status")).to_have_text("Failed")
+    assert 0 < answer_length(reply) < len(filler(40))
+    below = reply.evaluate(
+        "el => !!(el.querySelector('.answer').compareDocumentPosition(el.querySelector('.message-error'))"
+        " & Node.DOCUMENT_POSITION_FOLLOWING)"
+    )
+    assert below
+    screenshot(page, "error")
+
+
+def test_cut_at_max_tokens_is_shown(page):
+    page.get_by_role("button", name="Settings").click()
+    page.get_by_label("Max tokens").fill("12")
+    reply = send(page, "[[chunks:40]] [[reasoning:0]] too long")
+    wait_done(reply)
+    expect(reply.locator(".message-status")).to_have_text("Cut at the max tokens limit")
+
+
+def test_usage_line_shows_tokens_cost_and_time_to_first_token(page):
+    choose_model(page, API14_MINI)
+    reply = send(page, "[[chunks:30]] count me")
+    wait_done(reply)
+    usage = reply.locator(".usage")
+    expect(usage).to_contain_text(re.compile(r"\d+ in"))
+    expect(usage).to_contain_text("30 out")
+    expect(usage).to_contain_text(re.compile(r"\$0\.\d+"))
+    expect(usage).to_contain_text(re.compile(r"TTFT \d+ ms"))
+    expect(usage).to_contain_text("tok/s")
+    choose_model(page, "api14/deepseek/deepseek-r1")
+    reply = send(page, "[[chunks:5]] and reasoning")
+    wait_done(reply)
+    expect(reply.locator(".usage")).to_contain_text("13 out (8 reasoning)")
+
+
+# --- regenerate and edit -----------------------------------------------------------------
+
+
+def test_regenerate_streams_a_new_reply(page):
+    reply = send(page, "[[echo]] [[delay:10]] the same again")
+    wait_done(reply)
+    old_id = reply.get_attribute("data-message-id")
+    reply.get_by_role("button", name="Regenerate").click()
+    new = page.locator("article.message.assistant")
+    expect(new).to_have_count(1)
+    expect(new).not_to_have_attribute("data-message-id", old_id)
+    wait_done(new)
+    expect(new.locator(".answer")).to_have_text("the same again")
+
+
+def test_edit_the_last_message_and_resend(page):
+    reply = send(page, "[[echo]] original text")
+    wait_done(reply)
+    old_id = reply.get_attribute("data-message-id")
+    user = page.locator("article.message.user")
+    user.get_by_role("button", name="Edit").click()
+    editor = page.get_by_label("Edit message")
+    editor.fill("[[echo]] [[delay:10]] edited text")
+    editor.press("Enter")
+    new = page.locator("article.message.assistant")
+    expect(new).not_to_have_attribute("data-message-id", old_id)
+    wait_done(new)
+    expect(new.locator(".answer")).to_have_text("edited text")
+    expect(user.locator(".user-text")).to_have_text("[[echo]] [[delay:10]] edited text")
+    expect(page.locator("article.message")).to_have_count(2)
+
+
+# --- settings and models ---------------------------------------------------------------
+
+
+def test_request_settings_go_with_the_first_message_then_are_saved_on_the_conversation(page, fake):
+    page.get_by_role("button", name="Settings").click()
+    page.get_by_label("Temperature").fill("0.3")
+    page.get_by_label("Max tokens").fill("500")
+    page.get_by_label("System prompt").fill("Answer like a pirate.")
+    screenshot(page, "settings")
+    wait_done(send(page, "[[chunks:3]] ahoy"))
+    body = fake.app.last().body
+    assert body["temperature"] == 0.3 and body["max_tokens"] == 500
+    assert body["messages"][0] == {"role": "system", "content": "Answer like a pirate."}
+    page.get_by_label("Temperature").fill("0.7")
+    page.get_by_label("Temperature").press("Tab")
+    expect(page.locator("#settings-note")).to_have_text("Saved.")
+    assert Conversation.objects.get().params == {"temperature": 0.7, "max_tokens": 500}
+    wait_done(send(page, "[[chunks:3]] again"))
+    assert fake.app.last().body["temperature"] == 0.7
+    page.reload()
+    page.get_by_role("button", name="Settings").click()
+    expect(page.get_by_label("System prompt")).to_have_value("Answer like a pirate.")
+
+
+def test_model_picker_remembers_the_last_choice_but_a_conversation_keeps_its_own(page, alice):
+    conversation = conversation_for(alice, "On claude", "hi", "hello", model=CLAUDE)
+    choose_model(page, API14_MINI)
+    open_chat(page)
+    expect(page.get_by_label("Model")).to_have_value(API14_MINI)
+    page.locator("#conversation-list a", has_text="On claude").click()
+    expect(page).to_have_url(re.compile(rf"/c/{conversation.pk}/$"))
+    expect(page.get_by_label("Model")).to_have_value(CLAUDE)
+    page.get_by_role("button", name="New chat").click()
+    expect(page.get_by_label("Model")).to_have_value(API14_MINI)
+
+
+# --- the sidebar ----------------------------------------------------------------------
+
+
+def test_search_filters_the_sidebar_by_message_text(page, alice):
+    conversation_for(alice, "Alpha notes", "where is the zebra crossing?", "down the road")
+    conversation_for(alice, "Beta plan", "nothing to see", "indeed")
+    open_chat(page)
+    items = page.locator("#conversation-list li")
+    expect(items).to_have_count(2)
+    expect(items.first).to_have_text("Beta plan")  # newest first
+    page.get_by_label("Search conversations").fill("zebra")
+    expect(items).to_have_count(1)
+    expect(items).to_have_text("Alpha notes")
+    page.get_by_label("Search conversations").fill("beta")
+    expect(items).to_have_text("Beta plan")
+    page.get_by_label("Search conversations").fill("no such words")
+    expect(items).to_have_count(0)
+    expect(page.locator("#list-empty")).to_have_text("No conversation matches.")
+    page.get_by_label("Search conversations").fill("")
+    expect(items).to_have_count(2)
+
+
+def test_rename_and_delete_a_conversation(page, alice):
+    conversation = conversation_for(alice, "Old name", "hi", "hello")
+    open_chat(page, f"/c/{conversation.pk}/")
+    item = page.locator(f'#conversation-list li[data-conversation-id="{conversation.pk}"]')
+    item.get_by_role("button", name=re.compile("^Rename")).click()
+    dialog = page.get_by_role("dialog", name="Rename conversation")
+    dialog.get_by_label("Title").fill("New name")
+    dialog.get_by_role("button", name="Rename").click()
+    expect(item.locator("a")).to_have_text("New name")
+    expect(page.get_by_role("heading", level=1)).to_have_text("New name")
+    conversation.refresh_from_db()
+    assert conversation.title == "New name"
+
+    item.get_by_role("button", name=re.compile("^Delete")).click()
+    confirm = page.get_by_role("dialog", name="Delete conversation?")
+    expect(confirm).to_contain_text("New name")
+    screenshot(page, "confirm-delete")
+    confirm.get_by_role("button", name="Cancel").click()
+    expect(confirm).to_be_hidden()
+    assert Conversation.objects.filter(pk=conversation.pk).exists()
+    item.get_by_role("button", name=re.compile("^Delete")).click()
+    confirm.get_by_role("button", name="Delete").click()
+    expect(item).to_have_count(0)
+    expect(page).to_have_url(re.compile(r"/$"))
+    assert not Conversation.objects.filter(pk=conversation.pk).exists()
+
+
+def test_another_user_cannot_see_the_conversation(new_page, alice, bob, providers):
+    secret = conversation_for(alice, "Alice's secret plan", "the plan", "noted")
+    page = new_page(bob)
+    open_chat(page)
+    expect(page.locator(".sidebar-foot .username")).to_have_text("bob")
+    expect(page.locator("#list-empty")).to_be_visible()
+    expect(page.locator("#conversation-list li")).to_have_count(0)
+    response = page.goto(f"/c/{secret.pk}/")
+    assert response.status == 404
+    api = page.request.get(f"/api/conversations/{secret.pk}")
+    assert api.status == 404
+
+
+# --- the connection -------------------------------------------------------------------
+
+
+def test_reconnects_after_the_server_dies_and_chats_again(page, server):
+    reply = send(page, "[[delay:40]] [[chunks:400]] cut by a crash")
+    wait_longer_while_streaming(page, reply, 0)
+    banner = page.get_by_role("status").filter(has_text="Reconnecting…")
+    restart = threading.Thread(target=server.restart)
+    restart.start()
+    try:
+        expect(banner).to_be_visible()
+        expect(page.locator("html")).to_have_attribute("data-socket", "down")
+    finally:
+        restart.join()
+    expect(banner).to_be_hidden(timeout=30_000)
+    # The new server marked the cut stream interrupted; the page reloaded it on reconnect.
+    wait_done(reply, "interrupted")
+    expect(reply.locator(".message-error")).to_contain_text("server stopped")
+    reply = send(page, "[[chunks:5]] after the crash")
+    wait_done(reply)
+    expect(reply.locator(".answer")).to_have_text(filler(5))
+
+
+# --- policy, layout, themes -----------------------------------------------------------
+
+
+def test_csp_header_is_sent_and_a_full_chat_reports_no_violation(new_page, alice, providers):
+    page = new_page(alice)
+    page.add_init_script(
+        "window.__csp = []; document.addEventListener('securitypolicyviolation',"
+        " (e) => window.__csp.push(e.violatedDirective + ' ' + e.blockedURI));"
+    )
+    console: list[str] = []
+    page.on("console", lambda message: message.type in ("error", "warning") and console.append(message.text))
+    response = page.goto("/")
+    policy = response.headers["content-security-policy"]
+    assert "script-src 'self'" in policy and "style-src 'self'" in policy
+    open_chat(page)
+    page.get_by_role("button", name="Settings").click()
+    page.get_by_label("Temperature").fill("0.5")
+    wait_done(send(page, "[[delay:5]] markdown, code and reasoning please"))
+    page.get_by_label("Search conversations").fill("markdown")
+    expect(page.locator("#conversation-list li")).to_have_count(1)
+    page.reload()
+    expect(last_reply(page).locator(".answer table")).to_be_visible()
+    assert page.evaluate("() => window.__csp") == []
+    assert console == []  # no refused resource, no error of any kind
+    # The watch works: an inline style attribute is refused and reported.
+    page.evaluate("() => document.body.insertAdjacentHTML('beforeend', '<div style=\"color: red\">x</div>')")
+    page.wait_for_function("() => window.__csp.length > 0")
+
+
+def test_phone_sized_screen_hides_the_sidebar_behind_a_menu_button(new_page, alice, providers):
+    conversation_for(alice, "From the phone", "hi", "Hello! **Short** answer.")
+    page = new_page(alice, viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True)
+    open_chat(page)
+    menu = page.get_by_role("button", name="Menu", exact=True)
+    sidebar = page.locator("#sidebar")
+    expect(menu).to_be_visible()
+    expect(sidebar).to_be_hidden()
+    menu.click()
+    expect(sidebar).to_be_visible()
+    expect(menu).to_have_attribute("aria-expanded", "true")
+    screenshot(page, "phone-menu")
+    page.locator("#conversation-list a", has_text="From the phone").click()
+    expect(sidebar).to_be_hidden()
+    expect(last_reply(page).locator(".answer strong")).to_have_text("Short")
+    wait_done(send(page, "[[chunks:12]] from a small screen"))
+    screenshot(page, "phone")
+
+
+def test_dark_mode(new_page, alice, providers):
+    page = new_page(alice, color_scheme="dark")
+    open_chat(page)
+    wait_done(send(page, "[[reasoning:4]] dark please"))
+    background = page.evaluate("() => getComputedStyle(document.body).backgroundColor")
+    red, green, blue = (int(n) for n in re.findall(r"\d+", background)[:3])
+    assert red + green + blue < 3 * 60, background
+    screenshot(page, "dark")
+
+
+def test_demo_banner_when_the_only_provider_is_the_built_in_demo(new_page, alice):
+    env = {
+        "DATABASE_URL": database_url(connection.settings_dict),
+        "DEMO_UPSTREAM": "1",
+        "UPSTREAM_BASE_URL": "",
+        ASYNC_UNSAFE: "",  # this process runs Playwright; the server must keep Django's checks
+    }
+    demo = LiveServer(env)
+    demo.start()
+    try:
+        page = new_page(alice, url=demo.url)
+        open_chat(page)
+        banner = page.get_by_test_id("demo-banner")
+        expect(banner).to_contain_text("demo")
+        expect(banner).to_contain_text("UPSTREAM_BASE_URL")
+        expect(banner).to_contain_text("UPSTREAM_API_KEY")
+        expect(banner.get_by_role("link", name="admin")).to_have_attribute("href", "/admin/")
+        reply = send(page, "hello demo")
+        wait_done(reply, timeout=30_000)
+        expect(reply.locator(".answer")).to_contain_text("demo upstream")
+    finally:
+        demo.stop()
