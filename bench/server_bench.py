@@ -112,6 +112,9 @@ async def api_stream(stack: Stack, session: aiohttp.ClientSession, prompt: str, 
     headers = {"Authorization": f"Bearer {stack.token}"}
     chunks = 0
     async with session.post(stack.url + "/v1/chat/completions", json=body, headers=headers) as response:
+        if response.status != 200:
+            print(f"  refused: {response.status} {(await response.read())[:300]!r}", flush=True)
+            return 0
         async for line in response.content:
             if line.startswith(b"data: {"):
                 chunks += 1

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+import aiohttp
 import httpx
 import orjson
 
@@ -143,6 +144,32 @@ def build_payload(
     return payload
 
 
+async def _send(client: httpx.AsyncClient, request: httpx.Request, *, stream: bool) -> httpx.Response:
+    """Send, once more if the connection broke before any response.
+
+    Upstreams close idle keep-alive connections on their own schedule, and a request
+    written to one just closed fails with no answer at all. Sending it again on a new
+    connection is what the OpenAI SDKs do too; timeouts and refused connections are
+    not retried.
+    """
+    try:
+        return await client.send(request, stream=stream)
+    except httpx.HTTPError as exc:
+        if not _broken_connection(exc):
+            raise _request_failed(exc) from exc
+    try:
+        return await client.send(request, stream=stream)
+    except httpx.HTTPError as exc:
+        raise _request_failed(exc) from exc
+
+
+def _broken_connection(exc: httpx.HTTPError) -> bool:
+    cause = exc.__cause__
+    if isinstance(cause, aiohttp.ClientConnectionError):  # httpx-aiohttp reports these as ConnectTimeout
+        return not isinstance(cause, aiohttp.ServerTimeoutError | aiohttp.ClientConnectorError)
+    return isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError | httpx.WriteError)
+
+
 def _request_failed(exc: httpx.HTTPError) -> UpstreamError:
     """A timeout or a connection failure before any response."""
     cause = exc.__cause__
@@ -233,10 +260,7 @@ async def open_stream(
         headers=_headers(api_key, stream=True),
         timeout=timeouts.for_httpx(),
     )
-    try:
-        response = await client.send(request, stream=True)
-    except httpx.HTTPError as exc:
-        raise _request_failed(exc) from exc
+    response = await _send(client, request, stream=True)
     try:
         if response.status_code >= 400:
             raise await _error_from(response)
@@ -249,15 +273,14 @@ async def post_json(
     client: httpx.AsyncClient, base_url: str, api_key: str, payload: dict[str, Any], timeouts: Timeouts = Timeouts()
 ) -> httpx.Response:
     """A non-streaming chat completion; raise UpstreamError on an error status."""
-    try:
-        response = await client.post(
-            endpoint(base_url, "chat/completions"),
-            content=orjson.dumps(payload),
-            headers=_headers(api_key, stream=False),
-            timeout=httpx.Timeout(timeouts.read, connect=timeouts.connect),
-        )
-    except httpx.HTTPError as exc:
-        raise _request_failed(exc) from exc
+    request = client.build_request(
+        "POST",
+        endpoint(base_url, "chat/completions"),
+        content=orjson.dumps(payload),
+        headers=_headers(api_key, stream=False),
+        timeout=httpx.Timeout(timeouts.read, connect=timeouts.connect),
+    )
+    response = await _send(client, request, stream=False)
     if response.status_code >= 400:
         message, code = _describe_error_body(response.content, response.reason_phrase or "error")
         raise UpstreamError(

@@ -265,3 +265,34 @@ async def test_shared_client_is_one_per_loop():
     await upstream.close_shared_client()
     assert upstream.shared_client() is not first
     await upstream.close_shared_client()
+
+
+async def test_a_connection_closed_before_any_answer_is_tried_once_more(client):
+    """As when an upstream closes an idle keep-alive connection just as a request goes out."""
+    connections = []
+    body = b'data: {"choices":[{"delta":{"content":"again"},"finish_reason":"stop"}]}\n\n'
+    answer = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body)
+
+    async def handle(reader, writer):
+        connections.append(writer)
+        await reader.readuntil(b"\r\n\r\n")
+        if len(connections) == 1:
+            writer.close()  # read the request, answer nothing
+            return
+        writer.write(answer)
+        await writer.drain()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    base_url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1"
+    try:
+        payload = upstream.build_payload("m", [{"role": "user", "content": "hi"}])
+        loop = asyncio.get_running_loop()
+        state = StreamState(started_at=loop.time())
+        async with upstream.open_stream(client, base_url, "k", payload) as stream:
+            async for event in stream.events():
+                state.feed(event.data, loop.time())
+        assert state.text == "again" and len(connections) == 2
+    finally:
+        for writer in connections:
+            writer.close()
+        server.close()
