@@ -16,7 +16,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 from . import upstream
 from .models import ApiToken, CatalogEntry, ChatError, Conversation, Message, Provider, Usage, client, timeouts
-from .relay import Relay, RequestError, error_body, parse_request, prompt_chars, upstream_body
+from .relay import Relay, RequestError, error_body, message_text, parse_request, prompt_chars, upstream_body
 
 log = logging.getLogger(__name__)
 
@@ -220,15 +220,13 @@ class Meter:
             owner=self.token.user, title=Conversation.title_for(text or "API request"), model=self.entry.qualified
         )
         for item in messages:
-            content = item.get("content")
-            if isinstance(content, list):
-                content = "".join(part.get("text") or "" for part in content if isinstance(part, dict))
+            content = message_text(item.get("content"))
             role = item.get("role") if item.get("role") in Message.Role.values else Message.Role.USER
             if role == Message.Role.SYSTEM:
-                conversation.system_prompt = content or ""
+                conversation.system_prompt = content
                 conversation.save(update_fields=["system_prompt"])
             else:
-                conversation.messages.create(role=role, content=content or "")
+                conversation.messages.create(role=role, content=content)
         return conversation.messages.create(
             role=Message.Role.ASSISTANT,
             content=self.state.text,

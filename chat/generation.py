@@ -140,7 +140,6 @@ class Generation:
         self._dirty = asyncio.Event()
         self._lock = asyncio.Lock()
         self._last_flush = 0.0
-        self._saved_chars = 0
         self._reader: asyncio.Task | None = None
 
     async def run(self) -> None:
@@ -286,14 +285,15 @@ class Generation:
     async def _save_loop(self) -> None:
         """Save the growing text every interval, and a heartbeat while it does not grow."""
         loop = asyncio.get_running_loop()
-        last_save = loop.time()
+        last_save, saved_pieces = loop.time(), 0
         while True:
             await asyncio.sleep(settings.CHAT_SAVE_INTERVAL)
-            chars = sum(map(len, self.state.content)) + sum(map(len, self.state.reasoning))
-            if chars == self._saved_chars and loop.time() - last_save < heartbeat_every():
+            # Pieces are only ever appended (and never empty): a new count means new text.
+            pieces = len(self.state.content) + len(self.state.reasoning)
+            if pieces == saved_pieces and loop.time() - last_save < heartbeat_every():
                 continue
             await database_sync_to_async(self._save_partial)(self.state.text, self.state.reasoning_text)
-            self._saved_chars, last_save = chars, loop.time()
+            last_save, saved_pieces = loop.time(), pieces
 
     def _save_partial(self, content: str, reasoning: str) -> None:
         Message.objects.filter(pk=self.job.message_id, status=Message.Status.STREAMING).update(

@@ -206,6 +206,11 @@ class Conversation(models.Model):
         line = next((line.strip() for line in text.splitlines() if line.strip()), "New chat")
         return line if len(line) <= 60 else line[:59].rstrip() + "…"
 
+    def merge_params(self, params: dict) -> None:
+        """Remember request params on the conversation; None removes a remembered one."""
+        merged = {**self.params, **params}
+        self.params = {name: value for name, value in merged.items() if value is not None}
+
     def upstream_messages(self) -> list[dict[str, str]]:
         """The history in OpenAI's shape: system prompt, then every message with text."""
         history = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
@@ -331,8 +336,7 @@ def begin_turn(
         conversation.model = entry.qualified
         conversation.updated = now
         if params:
-            merged = {**conversation.params, **params}
-            conversation.params = {name: value for name, value in merged.items() if value is not None}
+            conversation.merge_params(params)
         if system_prompt is not None:
             conversation.system_prompt = system_prompt
         conversation.save(update_fields=["model", "updated", "params", "system_prompt"])

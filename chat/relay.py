@@ -76,16 +76,18 @@ def upstream_body(body: dict[str, Any], model: str, max_tokens: int) -> tuple[di
     return out, wants_usage
 
 
+def message_text(content: Any) -> str:
+    """The text of an OpenAI message's content: a string, or the text of its parts."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(part.get("text") or "" for part in content if isinstance(part, dict))
+    return ""
+
+
 def prompt_chars(messages: list[dict[str, Any]]) -> int:
     """The length of the prompt's text, for estimating its tokens when the upstream does not say."""
-    total = 0
-    for message in messages:
-        content = message.get("content")
-        if isinstance(content, str):
-            total += len(content)
-        elif isinstance(content, list):
-            total += sum(len(part.get("text") or "") for part in content if isinstance(part, dict))
-    return total
+    return sum(len(message_text(message.get("content"))) for message in messages)
 
 
 class Relay:

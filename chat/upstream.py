@@ -167,19 +167,29 @@ async def _send(client: httpx.AsyncClient, request: httpx.Request, *, stream: bo
         raise _request_failed(exc) from exc
 
 
-def _broken_connection(exc: httpx.HTTPError) -> bool:
+def _timed_out(exc: httpx.HTTPError) -> bool:
+    """A real timeout. httpx-aiohttp reports every aiohttp connection error as ConnectTimeout,
+    so the aiohttp exception behind it decides."""
     cause = exc.__cause__
-    if isinstance(cause, aiohttp.ClientConnectionError):  # httpx-aiohttp reports these as ConnectTimeout
-        return not isinstance(cause, aiohttp.ServerTimeoutError | aiohttp.ClientConnectorError)
+    if isinstance(cause, aiohttp.ClientConnectionError):
+        return isinstance(cause, aiohttp.ServerTimeoutError)
+    return isinstance(exc, httpx.TimeoutException)
+
+
+def _broken_connection(exc: httpx.HTTPError) -> bool:
+    """The connection broke after it was made (not a timeout, not a refused connection)."""
+    if _timed_out(exc):
+        return False
+    cause = exc.__cause__
+    if isinstance(cause, aiohttp.ClientConnectionError):
+        return not isinstance(cause, aiohttp.ClientConnectorError)
     return isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError | httpx.WriteError)
 
 
 def _request_failed(exc: httpx.HTTPError) -> UpstreamError:
     """A timeout or a connection failure before any response."""
     cause = exc.__cause__
-    # httpx-aiohttp maps every aiohttp connection error to ConnectTimeout; the cause tells the truth.
-    broken = isinstance(cause, aiohttp.ClientConnectionError) and not isinstance(cause, aiohttp.ServerTimeoutError)
-    if isinstance(exc, httpx.TimeoutException) and not broken:
+    if _timed_out(exc):
         return UpstreamError("timeout", "the upstream did not answer in time")
     reason = getattr(cause, "strerror", None) or getattr(exc, "strerror", None) or type(cause or exc).__name__
     return UpstreamError("connect", f"cannot connect ({reason})")

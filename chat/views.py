@@ -138,8 +138,7 @@ def update(conversation: Conversation, body: dict) -> None:
         conversation.system_prompt = prompt
         fields.append("system_prompt")
     if "params" in body:
-        merged = {**conversation.params, **parse_params(body["params"])}
-        conversation.params = {name: value for name, value in merged.items() if value is not None}
+        conversation.merge_params(parse_params(body["params"]))
         fields.append("params")
     if not fields:
         raise ChatError("bad_field", "Nothing to change: send title, system_prompt or params.")
