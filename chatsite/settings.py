@@ -110,11 +110,13 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     }
 
 REDIS_URL = env("REDIS_URL")
+# Every key this install writes in Redis starts with this, so installs (and test runs) can share a server.
+REDIS_PREFIX = env("REDIS_PREFIX", "chat")
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL], "capacity": 1000, "expiry": 60},
+            "CONFIG": {"hosts": [REDIS_URL], "prefix": REDIS_PREFIX, "capacity": 1000, "expiry": 60},
         }
     }
 else:

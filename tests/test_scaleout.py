@@ -9,28 +9,26 @@ import httpx
 import orjson
 import psycopg
 import pytest
-import redis
 
 from tests.conftest import FAKE_KEY, MODELS
 from tests.live import ROOT, LiveServer
+from tests.services import REDIS_URL, postgres_database, redis_prefix
 
-PG_ADMIN = os.environ.get("TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
-REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/7")
-DATABASE = "chat_scaleout_test"
 SLOW = "[[delay:20]] [[chunks:300]]"
 
 
 @pytest.fixture(scope="module")
 def cluster(fake_server):
     """Two server processes sharing a fresh PostgreSQL database and a Redis channel layer."""
-    with psycopg.connect(PG_ADMIN, autocommit=True) as admin:
-        admin.execute(f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")
-        admin.execute(f"CREATE DATABASE {DATABASE}")
-    redis.Redis.from_url(REDIS_URL).flushdb()
-    database_url = PG_ADMIN.rsplit("/", 1)[0] + "/" + DATABASE
+    with postgres_database("chat_scaleout") as database_url, redis_prefix("chat_scaleout") as prefix:
+        yield from _cluster(fake_server, database_url, prefix)
+
+
+def _cluster(fake_server, database_url, prefix):
     env = {
         "DATABASE_URL": database_url,
         "REDIS_URL": REDIS_URL,
+        "REDIS_PREFIX": prefix,
         "UPSTREAM_BASE_URL": fake_server.base_url("i14"),
         "UPSTREAM_API_KEY": FAKE_KEY,
         "UPSTREAM_NAME": "i14",
@@ -43,6 +41,7 @@ def cluster(fake_server):
     servers = [LiveServer(env), LiveServer(env)]
     for server in servers:
         server.start()
+    servers[0].database_url = database_url
     yield servers
     for server in servers:
         server.stop()
@@ -101,7 +100,7 @@ async def test_attach_from_another_process_gets_snapshot_then_the_rest(cluster):
     assert attached["message"] == before[0]["message"] and snapshot["type"] == "snapshot"
     assert snapshot["content"].startswith(text(before)) and frames[-1]["status"] == "complete"
     assert all(f["seq"] > snapshot["seq"] for f in rest if f["type"] == "delta")
-    with psycopg.connect(PG_ADMIN.rsplit("/", 1)[0] + "/" + DATABASE) as db:
+    with psycopg.connect(first.database_url) as db:
         (content,) = db.execute("SELECT content FROM chat_message WHERE id = %s", [snapshot["message"]]).fetchone()
     assert content == snapshot["content"] + text(rest)
 
@@ -134,7 +133,7 @@ async def test_a_process_that_dies_mid_stream_is_swept_by_the_other(cluster):
         done = (await other.until("done"))[-1]
     assert done["status"] == "interrupted" and "server stopped" in done["error"]
     assert done["usage"]["estimated"] and done["usage"]["completion_tokens"] > 0
-    with psycopg.connect(PG_ADMIN.rsplit("/", 1)[0] + "/" + DATABASE) as db:
+    with psycopg.connect(first.database_url) as db:
         (saved,) = db.execute("SELECT content FROM chat_message WHERE id = %s", [started["message"]]).fetchone()
     assert saved and (seen[1]["content"] + text(seen)).startswith(saved)
     first.start()  # the next test gets a working pair again
