@@ -22,7 +22,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from . import upstream
+from . import limits, upstream
 from .models import Conversation, Message, Provider, Turn, Usage, client, timeouts
 
 log = logging.getLogger(__name__)
@@ -92,6 +92,7 @@ class Job:
     model: str
     payload: dict[str, Any]
     prompt_chars: int
+    max_connections: int = 1  # the provider's connections per process (chat/limits.py)
 
     @classmethod
     def for_turn(cls, turn: Turn, provider: Provider, model: str, params: dict) -> Job:
@@ -109,6 +110,7 @@ class Job:
             model=model,
             payload=payload,
             prompt_chars=sum(len(m["content"]) for m in turn.history),
+            max_connections=limits.provider_limit(provider),
         )
 
 
@@ -207,7 +209,10 @@ class Generation:
     async def _read(self) -> None:
         job, state = self.job, self.state
         loop = asyncio.get_running_loop()
-        async with upstream.open_stream(client(), job.base_url, job.api_key, job.payload, timeouts()) as stream:
+        async with (
+            limits.provider_slot(job.provider_name, job.max_connections),
+            upstream.open_stream(client(), job.base_url, job.api_key, job.payload, timeouts()) as stream,
+        ):
             state.request_id = stream.request_id or ""
             async for event in stream.events():
                 if event.data is None:
@@ -344,6 +349,8 @@ def _describe(exc: upstream.UpstreamError) -> str:
         return f"The upstream timed out: {exc.message}."
     if exc.kind == "connect":
         return f"Cannot reach the upstream: {exc.message}."
+    if exc.kind == "busy":
+        return f"Cannot start the answer: {exc.message}."
     return f"The upstream sent something unreadable: {exc.message}"
 
 

@@ -134,6 +134,12 @@ class Provider(models.Model):
         "models", blank=True, help_text="One model id per line. Empty: ask the upstream's GET /models."
     )
     enabled = models.BooleanField(default=True)
+    max_connections = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="Upstream connections this provider may hold at once, per server process, so a slow "
+        "provider cannot take every connection. Empty: UPSTREAM_PROVIDER_MAX_CONNECTIONS (200).",
+    )
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
 
@@ -310,9 +316,13 @@ def begin_turn(
 
     content alone: a new message. edit=<id of the last user message> with content:
     replace its text and drop what followed. Neither: regenerate the last reply.
-    Refused while a reply streams in the conversation: one stream per conversation.
+    Refused while a reply streams in the conversation: one stream per conversation,
+    and over the user's limits (chat/limits.py), before anything is stored.
     """
+    from . import limits
+
     with transaction.atomic():
+        limits.enforce(user, source=Usage.Source.CHAT)
         if conversation_id is None:
             conversation = Conversation.objects.create(owner=user, title=Conversation.title_for(content or ""))
         else:

@@ -16,6 +16,7 @@ from typing import Any
 
 import orjson
 
+from .params import ParamError, check_request
 from .sse import ServerSentEvent
 from .upstream import DONE, StreamState, UpstreamError, UpstreamStream, parse_chunk
 
@@ -42,22 +43,18 @@ def error_body(message: str, type: str, code: str | None = None, param: str | No
     return orjson.dumps({"error": {"message": message, "type": type, "param": param, "code": code}})
 
 
-def parse_request(raw: bytes) -> dict[str, Any]:
-    """The client's chat completion request, checked as far as the relay needs."""
+def parse_request(raw: bytes, *, max_tokens: int = 32768, max_n: int = 1) -> dict[str, Any]:
+    """The client's chat completion request: only the supported fields, each checked (chat/params.py)."""
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError:
         raise RequestError(400, "The request body is not valid JSON.") from None
     if not isinstance(body, dict):
         raise RequestError(400, "The request body must be a JSON object.")
-    if not isinstance(body.get("model"), str) or not body["model"]:
-        raise RequestError(400, "you must provide a model parameter", code="missing_model", param="model")
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
-        raise RequestError(400, "`messages` must be a non-empty array of message objects.", param="messages")
-    if not isinstance(body.get("stream", False), bool):
-        raise RequestError(400, "`stream` must be a boolean.", param="stream")
-    return body
+    try:
+        return check_request(body, max_tokens=max_tokens, max_n=max_n)
+    except ParamError as exc:
+        raise RequestError(400, exc.message, code=exc.code, param=exc.param or None) from None
 
 
 def upstream_body(body: dict[str, Any], model: str, max_tokens: int) -> tuple[dict[str, Any], bool]:

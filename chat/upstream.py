@@ -45,8 +45,9 @@ class UpstreamError(Exception):
     """The upstream refused, failed or broke off a request.
 
     kind: "http" (an error status before the first byte), "connect", "timeout",
-    "cut" (the connection ended without a finish), "protocol" (a malformed frame)
-    or "stream" (an error the upstream reported mid-stream).
+    "cut" (the connection ended without a finish), "protocol" (a malformed frame),
+    "stream" (an error the upstream reported mid-stream) or "busy" (no free connection
+    to the provider within the wait, chat/limits.py).
     """
 
     def __init__(

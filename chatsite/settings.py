@@ -208,5 +208,28 @@ CHAT_ORPHAN_AFTER = env_number("CHAT_ORPHAN_AFTER", 60.0, float)
 API_HEARTBEAT_SECONDS = env_number("API_HEARTBEAT_SECONDS", 15.0, float)
 API_STORE_CONVERSATIONS = env_bool("API_STORE_CONVERSATIONS", False)
 
+# --- Limits per person and per token (chat/limits.py); 0 turns a limit off -----
+# Streams running at once per user on the page, per user over /v1/, and per API token.
+CHAT_MAX_STREAMS = env_number("CHAT_MAX_STREAMS", 4)
+API_MAX_STREAMS = env_number("API_MAX_STREAMS", 8)
+API_TOKEN_MAX_STREAMS = env_number("API_TOKEN_MAX_STREAMS", API_MAX_STREAMS)
+# Streams started in the last minute, per user (page and API together) and per API token.
+RATE_LIMIT_PER_MINUTE = env_number("RATE_LIMIT_PER_MINUTE", 60)
+API_TOKEN_RATE_LIMIT_PER_MINUTE = env_number("API_TOKEN_RATE_LIMIT_PER_MINUTE", RATE_LIMIT_PER_MINUTE)
+# Frames a websocket may send: a token bucket of CHAT_FRAME_BURST refilled at CHAT_FRAME_RATE a second.
+CHAT_FRAME_RATE = env_number("CHAT_FRAME_RATE", 20.0, float)
+CHAT_FRAME_BURST = env_number("CHAT_FRAME_BURST", 60)
+# The largest max_tokens (and max_completion_tokens) accepted on every path, and n on /v1/.
+MAX_TOKENS_LIMIT = env_number("MAX_TOKENS_LIMIT", 32768)
+API_MAX_N = env_number("API_MAX_N", 1)
+# Upstream connections per provider and process when its admin field is empty, and how
+# long a request waits for one of them before it fails.
+UPSTREAM_PROVIDER_MAX_CONNECTIONS = env_number("UPSTREAM_PROVIDER_MAX_CONNECTIONS", 200)
+UPSTREAM_PROVIDER_WAIT = env_number("UPSTREAM_PROVIDER_WAIT", 10.0, float)
+
 if not 0 < CHAT_COALESCE_MS <= 30:
     raise ImproperlyConfigured("CHAT_COALESCE_MS must be between 1 and 30")
+if not 1 <= UPSTREAM_MAX_TOKENS <= MAX_TOKENS_LIMIT:
+    raise ImproperlyConfigured("UPSTREAM_MAX_TOKENS must be between 1 and MAX_TOKENS_LIMIT")
+if CHAT_FRAME_RATE <= 0 or CHAT_FRAME_BURST < 1 or API_MAX_N < 1:
+    raise ImproperlyConfigured("CHAT_FRAME_RATE, CHAT_FRAME_BURST and API_MAX_N must be positive")
