@@ -16,8 +16,8 @@ from asgiref.sync import sync_to_async
 
 from chat.limits import FrameLimiter
 from chat.models import ApiToken, Conversation, Message, Usage
-from tests.conftest import MODELS, session_cookie
-from tests.live import LiveServer, database_url
+from tests.conftest import MODELS
+from tests.live import LiveServer, Tab, database_url
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -157,46 +157,15 @@ async def test_rate_limit_per_token_then_per_user_covers_the_page_too(limited, a
 # --- the chat page: streams at once ----------------------------------------------------------
 
 
-class Tab:
-    """A browser tab's websocket to a running server."""
-
-    def __init__(self, server, user) -> None:
-        self.server, self.user = server, user
-
-    async def __aenter__(self):
-        cookie = await sync_to_async(session_cookie)(self.user)
-        self.session = aiohttp.ClientSession()
-        self.ws = await self.session.ws_connect(
-            self.server.url.replace("http", "ws") + "/ws/chat/",
-            headers={"Origin": self.server.url, "Cookie": f"sessionid={cookie}"},
-        )
-        return self
-
-    async def __aexit__(self, *exc_info):
-        await self.ws.close()
-        await self.session.close()
-
-    async def send(self, **frame):
-        await self.ws.send_str(orjson.dumps(frame).decode())
-
-    async def receive(self, timeout: float = 20) -> dict:
-        message = await self.ws.receive(timeout=timeout)
-        assert message.type == aiohttp.WSMsgType.TEXT, message
-        return orjson.loads(message.data)
-
-    async def until(self, frame_type: str, timeout: float = 20) -> list[dict]:
-        frames = []
-        while not frames or frames[-1]["type"] != frame_type:
-            frames.append(await self.receive(timeout))
-        return frames
-
-
 async def test_page_streams_are_capped_per_user(server, alice, bob, providers, fake):
     async with Tab(server, alice) as tab, Tab(server, bob) as other:
         started = []
         for _ in range(4):
             await tab.send(type="send", conversation=None, content=ENDLESS)
-            started.append((await tab.until("started"))[-1])
+            frames = await tab.until("started")
+            started.append(frames[-1])
+            while frames[-1].get("message") != started[-1]["message"] or frames[-1]["type"] != "delta":
+                frames.append(await tab.receive())  # streaming: its request has reached the upstream
         sent = len(fake.app.streams)
         await tab.send(type="send", conversation=None, content="a fifth")
         error = await tab.until("error")
