@@ -41,7 +41,6 @@ def sdk(server, alice, providers):
         ({"stop": "x" * 1_000_000}, "stop"),
         ({"stop": ["a", "b", "c", "d", "e"]}, "stop"),
         ({"seed": 2**63}, "seed"),
-        ({"stream": "yes"}, "stream"),
         ({"stream_options": {"include_usage": True, "chunk_size": 1}}, "stream_options.chunk_size"),
         ({"tool_choice": "sometimes"}, "tool_choice"),
         ({"response_format": {"type": "xml"}}, "response_format"),
