@@ -15,6 +15,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from . import params
 from .consumers import parse_params, parse_system_prompt
 from .generation import control_group
 from .models import ApiToken, ChatError, Conversation, Message, Provider
@@ -37,7 +38,9 @@ def index(request, conversation_id: int | None = None):
         "noProvider": not providers,
         "csrfToken": get_token(request),
     }
-    return render(request, "chat/index.html", {"config": config})
+    # The settings form's bounds are the server's (chat/params.py), so the browser flags a value before sending it.
+    limits = {"max_tokens": settings.MAX_TOKENS_LIMIT, "system_prompt": params.MAX_SYSTEM_PROMPT}
+    return render(request, "chat/index.html", {"config": config, "limits": limits})
 
 
 def api(view):
