@@ -138,7 +138,8 @@ class Provider(models.Model):
         null=True,
         blank=True,
         help_text="Upstream connections this provider may hold at once, per server process, so a slow "
-        "provider cannot take every connection. Empty: UPSTREAM_PROVIDER_MAX_CONNECTIONS (200).",
+        "provider cannot take every connection. Empty: UPSTREAM_PROVIDER_MAX_CONNECTIONS "
+        "(half of UPSTREAM_MAX_CONNECTIONS).",
     )
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)

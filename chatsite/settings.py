@@ -222,9 +222,12 @@ CHAT_FRAME_BURST = env_number("CHAT_FRAME_BURST", 60)
 # The largest max_tokens (and max_completion_tokens) accepted on every path, and n on /v1/.
 MAX_TOKENS_LIMIT = env_number("MAX_TOKENS_LIMIT", 32768)
 API_MAX_N = env_number("API_MAX_N", 1)
-# Upstream connections per provider and process when its admin field is empty, and how
-# long a request waits for one of them before it fails.
-UPSTREAM_PROVIDER_MAX_CONNECTIONS = env_number("UPSTREAM_PROVIDER_MAX_CONNECTIONS", 200)
+# Upstream connections per provider and process when its admin field is empty (default:
+# half the shared pool, so a slow provider leaves the other half), and how long a request
+# waits for one of them before it fails.
+UPSTREAM_PROVIDER_MAX_CONNECTIONS = env_number(
+    "UPSTREAM_PROVIDER_MAX_CONNECTIONS", max(1, UPSTREAM_MAX_CONNECTIONS // 2)
+)
 UPSTREAM_PROVIDER_WAIT = env_number("UPSTREAM_PROVIDER_WAIT", 10.0, float)
 
 if not 0 < CHAT_COALESCE_MS <= 30:
