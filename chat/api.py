@@ -86,6 +86,10 @@ async def chat_completions(request):
         await sync_to_async(meter.begin)()
     except limits.LimitExceeded as exc:
         return too_many(exc)
+    except Exception:
+        # Nothing went upstream: an unmetered request is not sent at all.
+        log.exception("could not start API usage for %s", token.user)
+        return openai_error(503, "The server could not record this request; try again.", "server_error", "unavailable")
     if body.get("stream"):
         return await stream_completion(meter, payload, wants_usage)
     return await complete(meter, payload)
