@@ -40,7 +40,10 @@ def enforce(user, *, source: str, token=None) -> None:
     """Refuse a new stream over the caps; call inside the transaction that creates its usage row."""
     # Serialise this user's concurrent requests (a no-op on SQLite, whose writers already queue).
     get_user_model().objects.select_for_update().filter(pk=user.pk).first()
-    streaming = Usage.objects.filter(status=Message.Status.STREAMING)
+    # No stream outlives UPSTREAM_DEADLINE: an older row still `streaming` was left by a dead
+    # process and must not hold a place until something sweeps it.
+    alive_since = timezone.now() - timedelta(seconds=settings.UPSTREAM_DEADLINE + 60)
+    streaming = Usage.objects.filter(status=Message.Status.STREAMING, started__gt=alive_since)
     if source == Usage.Source.CHAT:
         _cap_streams(streaming.filter(user=user, source=source), settings.CHAT_MAX_STREAMS, "you have")
     else:

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import os
 import time
+from datetime import timedelta
 
 import aiohttp
 import httpx
@@ -13,8 +14,10 @@ import openai
 import orjson
 import pytest
 from asgiref.sync import sync_to_async
+from django.db import transaction
+from django.utils import timezone
 
-from chat.limits import FrameLimiter
+from chat.limits import FrameLimiter, LimitExceeded, enforce
 from chat.models import ApiToken, Conversation, Message, Usage
 from tests.conftest import MODELS
 from tests.live import LiveServer, Tab, database_url
@@ -265,3 +268,16 @@ def test_a_provider_limited_to_two_connections_does_not_starve_another(limited, 
         reply = other.chat.completions.create(**body("[[echo]] served", "claude-sonnet-5"))
         assert reply.choices[0].message.content == "served"
     assert Usage.objects.filter(status="failed", error__contains="all 2 connections").count() == 1
+
+
+def test_a_streaming_row_older_than_the_deadline_holds_no_place(alice, providers):
+    token = ApiToken.issue(alice, "t")[0]
+    long_ago = timezone.now() - timedelta(hours=1)  # UPSTREAM_DEADLINE is 30 minutes
+    for _ in range(8):
+        Usage.objects.create(user=alice, token=token, source="api", model="m", status="streaming", started=long_ago)
+    with transaction.atomic():
+        enforce(alice, source="api", token=token)  # the dead process's rows do not count
+    Usage.objects.filter(started=long_ago).update(started=timezone.now())
+    with pytest.raises(LimitExceeded) as caught, transaction.atomic():
+        enforce(alice, source="api", token=token)
+    assert caught.value.code == "too_many_streams"
