@@ -30,7 +30,7 @@ ENDLESS = "[[delay:500]] [[chunks:100000]]"  # streams for ~14 hours: until stop
 
 @pytest.fixture(scope="module")
 def limited(django_db_setup, django_db_blocker):
-    """Two server processes on the test database with small limits and a 3-connection upstream pool."""
+    """Two server processes on the test database with small limits and a 3-connection upstream pool each."""
     from django.db import connection
 
     env = {
@@ -40,6 +40,7 @@ def limited(django_db_setup, django_db_blocker):
         "RATE_LIMIT_PER_MINUTE": "4",
         "API_TOKEN_RATE_LIMIT_PER_MINUTE": "2",
         "UPSTREAM_MAX_CONNECTIONS": "3",
+        "UPSTREAM_PROVIDER_MAX_CONNECTIONS": "3",  # the default would be half the pool
         "UPSTREAM_PROVIDER_WAIT": "1",
     }
     with LiveServer(env) as first, LiveServer(env) as second:
