@@ -222,7 +222,7 @@ def _messages(value: Any, **_: Any) -> list[dict[str, Any]]:
                 raise ParamError(
                     f"{param}.{key}", f"Unrecognized field `{key}` in a {role} message.", "unknown_parameter"
                 )
-        if "content" not in clean and not clean.get("tool_calls"):
+        if clean.get("content") is None and not clean.get("tool_calls"):
             raise ParamError(f"{param}.content", "A message needs `content` (or, from the assistant, `tool_calls`).")
         if role == "tool" and "tool_call_id" not in clean:
             raise ParamError(f"{param}.tool_call_id", "A tool message needs `tool_call_id`.")

@@ -109,6 +109,9 @@ def test_the_check_keeps_only_known_fields_and_drops_nulls():
     with pytest.raises(params.ParamError) as caught:
         params.check_request({**body, "max_tokens": 101}, max_tokens=100, max_n=1)
     assert caught.value.param == "max_tokens" and "1 to 100" in caught.value.message
+    with pytest.raises(params.ParamError) as caught:
+        params.check_request({**body, "messages": [{"role": "assistant", "content": None}]}, max_tokens=100, max_n=1)
+    assert caught.value.param == "messages[0].content"
 
 
 # --- the websocket and the PATCH: the same limits --------------------------------------------
