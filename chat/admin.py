@@ -120,7 +120,8 @@ class ApiTokenAdmin(admin.ModelAdmin):
     def has_add_permission(self, request):
         return False
 
-    @admin.action(description="Revoke the selected tokens")
+    # Revoking changes a token: staff who may only view tokens do not get the action.
+    @admin.action(description="Revoke the selected tokens", permissions=["change"])
     def revoke(self, request, queryset):
         for token in queryset:
             token.revoke()

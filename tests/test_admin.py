@@ -3,8 +3,9 @@
 from decimal import Decimal
 
 import pytest
+from django.contrib.auth.models import Permission
 
-from chat.models import Conversation, Message, Provider, Usage
+from chat.models import ApiToken, Conversation, Message, Provider, Usage
 
 pytestmark = pytest.mark.django_db
 
@@ -101,3 +102,33 @@ def test_usage_list_filters_and_totals(staff_client, history):
     bob = history.owner.__class__.objects.get(username="bob")
     assert listing(user__id__exact=bob.pk)[0] == ["model-b"]
     assert staff_client.get("/admin/chat/usage/add/").status_code == 403
+
+
+def staff_with(django_user_model, username: str, *codenames: str):
+    """A staff user (not a superuser) holding only the named chat permissions."""
+    user = django_user_model.objects.create_user(username, password="staff-pw-123456", is_staff=True)
+    user.user_permissions.set(Permission.objects.filter(content_type__app_label="chat", codename__in=codenames))
+    return user
+
+
+def revoke_post(client, token):
+    return client.post(
+        "/admin/chat/apitoken/", {"action": "revoke", "_selected_action": [token.pk], "index": 0}, follow=True
+    )
+
+
+def test_revoking_tokens_needs_the_change_permission(client, django_user_model):
+    token, _secret = ApiToken.issue(django_user_model.objects.create_user("alice"), "laptop")
+    client.force_login(staff_with(django_user_model, "viewer", "view_apitoken"))
+    listing = client.get("/admin/chat/apitoken/")
+    assert listing.status_code == 200 and b"laptop" in listing.content
+    assert b"Revoke the selected tokens" not in listing.content
+    revoke_post(client, token)
+    token.refresh_from_db()
+    assert token.revoked is None
+
+    client.force_login(staff_with(django_user_model, "changer", "view_apitoken", "change_apitoken"))
+    assert b"Revoke the selected tokens" in client.get("/admin/chat/apitoken/").content
+    assert b"Revoked 1 token(s)." in revoke_post(client, token).content
+    token.refresh_from_db()
+    assert token.revoked is not None
