@@ -22,6 +22,8 @@ class ProviderForm(forms.ModelForm):
 
     def clean_api_key(self):
         key = self.cleaned_data["api_key"]
+        # Provider.clean() refuses a kept key when the base URL moved to another server.
+        self.instance.key_entered = bool(key)
         return key or (self.instance.api_key if self.instance.pk else "")
 
 
