@@ -24,11 +24,11 @@ $(VENV)/.test-deps: requirements.lock tests/requirements.lock | $(BIN)/python
 	touch $@ $(VENV)/.server-deps
 
 # Rewrite the lock files from requirements.txt and tests/requirements.txt, from PyPI alone
-# (whatever extra indexes this machine's pip is set up with), for Python 3.11+ on any platform.
+# (uv's default index, whatever extra indexes this machine's pip is set up with), for Python 3.11+ on any platform.
 # Pins already in a lock file are kept where they still fit; `make lock LOCK_ARGS=--upgrade`
 # moves every unpinned dependency to its newest release.
 UV_COMPILE = env -u UV_INDEX -u UV_EXTRA_INDEX_URL -u UV_FIND_LINKS -u UV_CONSTRAINT \
-	$(BIN)/uv pip compile --quiet --no-config --default-index https://pypi.org/simple \
+	$(BIN)/uv pip compile --quiet --no-config \
 	--universal --python-version 3.11 --generate-hashes --custom-compile-command "make lock" $(LOCK_ARGS)
 # The server's lock constrains the tests' one: the tests run on the very versions the server is locked to.
 lock: | $(BIN)/python
