@@ -508,6 +508,8 @@ class FakeUpstream:
     chunks, the stream going on; ``[[wait:MS]]`` nothing at all (not even headers) for MS
     before the answer; with ``[[status:CODE]]``: ``[[html]]`` an HTML error page instead of
     JSON, ``[[echoauth]]`` the request's Authorization header echoed in the error message.
+    ``[[finish:TEXT]]`` the finish_reason of a finished stream; ``[[longid]]`` a 300-character
+    completion id (also infyrence's X-Request-Id).
     """
 
     def __init__(
@@ -760,6 +762,8 @@ class FakeUpstream:
             directives = _capped(directives, self.caps)
         record.directives = directives
         clean = DIRECTIVE_RE.sub("", text).strip()
+        if "longid" in directives:
+            record.id = rid = (record.id + "x" * 300)[:300]
 
         wait = _nonneg_int(directives.get("wait"))
         if wait:
@@ -835,7 +839,7 @@ class FakeUpstream:
             if dialect == "i14":
                 answer = "\n\n" + answer  # i14 answers start with a blank line (doc samples)
             content = _split(answer)
-        finish = "tool_calls" if tools else "stop"
+        finish = directives.get("finish") or ("tool_calls" if tools else "stop")
 
         if "length" in directives:
             content = content[: max(1, len(content) // 3)] if content else content

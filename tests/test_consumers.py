@@ -163,7 +163,7 @@ async def test_upstream_faults_mid_stream_keep_the_partial_text(
     [
         ("i14", I14, 401, "(401 invalid_api_key)"),
         ("i14", "i14-other-model", 403, "model_not_allowed"),
-        ("api14", "openai/gpt-5-mini", 429, "Retry after 7 s"),
+        ("api14", "openai/gpt-5-mini", 429, "retry after 7 seconds."),
         ("infyrence", "claude-sonnet-5", 500, "(500"),
         ("api14", "openai/gpt-5-mini", 503, "(503"),
     ],
@@ -181,6 +181,7 @@ async def test_errors_before_the_first_byte_fail_the_message(connect, alice, pro
     frames = await ws.until("done")
     done = frames[-1]
     assert done["status"] == "failed" and text in done["error"]
+    assert done["error"].lower().count("retry after") == (code == 429)  # the upstream's hint, not repeated
     reply = await Message.objects.aget(pk=frames[0]["message"])
     assert reply.status == "failed" and text in reply.error and reply.content == ""
     assert (await Usage.objects.aget(message=reply)).status == "failed"
@@ -196,13 +197,89 @@ async def test_unreachable_upstream_fails_cleanly(connect, alice, providers):
     assert done["status"] == "failed" and "Cannot reach the upstream" in done["error"]
 
 
-async def test_malformed_frame_from_upstream_fails_with_partial_text(connect, alice, providers):
+async def test_a_stream_ending_on_a_broken_frame_is_interrupted_with_partial_text(connect, alice, providers):
     _, _, ws = await connect(alice)
     await ws.send(type="send", conversation=None, content="[[fault:malformed]] [[chunks:20]]", model="claude-sonnet-5")
     frames = await ws.until("done")
-    assert frames[-1]["status"] == "failed" and "unreadable" in frames[-1]["error"]
+    # one unreadable event is skipped; then the upstream ended without finishing
+    assert frames[-1]["status"] == "interrupted"
     reply = await Message.objects.aget(pk=frames[0]["message"])
-    assert reply.status == "failed" and reply.content == joined(frames, "content") != ""
+    assert reply.status == "interrupted" and reply.content == joined(frames, "content") != ""
+
+
+FILLER = "Streaming tokens from the demo upstream keeps the relay busy while the benchmark measures".split()
+
+
+async def test_unreadable_events_are_skipped_and_the_answer_completes(connect, alice, providers):
+    _, _, ws = await connect(alice)
+    await ws.send(type="send", conversation=None, content="[[malformed:2]] [[chunks:12]]", model="claude-sonnet-5")
+    frames = await ws.until("done")
+    assert frames[-1]["status"] == "complete" and frames[-1]["error"] is None
+    reply = await Message.objects.aget(pk=frames[0]["message"])
+    # the valid chunks after the bad lines are all there
+    assert reply.content == joined(frames, "content") == " ".join(FILLER[:12]) + " "
+
+
+async def test_too_many_unreadable_events_fail_with_a_sentence(connect, alice, providers):
+    _, _, ws = await connect(alice)
+    await ws.send(type="send", conversation=None, content="[[malformed:5]] [[chunks:12]]", model="claude-sonnet-5")
+    frames = await ws.until("done")
+    expected = (
+        "The upstream sent something unreadable (the upstream sent 3 events that are not valid JSON); "
+        "the text so far was kept."
+    )
+    assert frames[-1]["status"] == "failed" and frames[-1]["error"] == expected
+    reply = await Message.objects.aget(pk=frames[0]["message"])
+    assert reply.status == "failed" and reply.error == expected and reply.content == " ".join(FILLER[:3]) + " "
+
+
+async def test_a_reply_past_the_cap_is_stopped_failed_with_its_text_kept(connect, alice, providers):
+    _, _, ws = await connect(alice)
+    with override_settings(CHAT_MAX_REPLY_BYTES=5000):
+        await ws.send(type="send", conversation=None, content="[[chunks:50]] [[size:1000]] [[reasoning:0]]", model=I14)
+        frames = await ws.until("done")
+    done = frames[-1]
+    assert done["status"] == "failed" and "limit of 5000 bytes" in done["error"]
+    reply = await Message.objects.aget(pk=frames[0]["message"])
+    assert reply.status == "failed" and len(reply.content.encode()) == 5000 == len(joined(frames, "content"))
+    assert (await Usage.objects.aget(message=reply)).status == "failed"
+
+
+async def test_a_line_past_the_cap_fails_the_stream_clearly(connect, alice, providers):
+    _, _, ws = await connect(alice)
+    with override_settings(UPSTREAM_MAX_LINE_BYTES=100_000):
+        await ws.send(type="send", conversation=None, content="[[chunks:3]] [[size:200000]]", model="claude-sonnet-5")
+        frames = await ws.until("done")
+    assert frames[-1]["status"] == "failed"
+    assert "an event longer than 100000 bytes" in frames[-1]["error"] and "b'" not in frames[-1]["error"]
+
+
+async def test_an_echoed_key_or_an_html_page_never_reaches_the_user(connect, alice, providers):
+    from tests.conftest import FAKE_KEY
+
+    _, _, ws = await connect(alice)
+    await ws.send(type="send", conversation=None, content="[[status:400]] [[echoauth]]", model="claude-sonnet-5")
+    frames = await ws.until("done")
+    error = frames[-1]["error"]
+    assert FAKE_KEY not in error and "Authorization: Bearer [redacted]" in error
+    reply = await Message.objects.aget(pk=frames[0]["message"])
+    usage = await Usage.objects.aget(message=reply)
+    assert FAKE_KEY not in reply.error and FAKE_KEY not in usage.error
+    await ws.send(type="send", conversation=None, content="[[status:502]] [[html]]", model=I14)
+    frames = await ws.until("done")
+    assert frames[-1]["error"] == "The upstream refused the request (502): 502 Bad Gateway"
+
+
+async def test_upstream_strings_are_cut_to_their_columns(connect, alice, providers):
+    _, _, ws = await connect(alice)
+    finish = "stop_" + "x" * 35
+    await ws.send(type="send", conversation=None, content=f"[[finish:{finish}]] [[longid]] hi", model="claude-sonnet-5")
+    frames = await ws.until("done")
+    assert frames[-1]["status"] == "complete"
+    reply = await Message.objects.aget(pk=frames[0]["message"])
+    usage = await Usage.objects.aget(message=reply)
+    assert reply.finish_reason == usage.finish_reason == finish[:30]
+    assert len(usage.upstream_id) == len(usage.request_id) == 200 and usage.upstream_id.startswith("chatcmpl_")
 
 
 async def test_stop_closes_the_upstream_and_keeps_the_partial_text(connect, alice, providers, fake):
