@@ -503,7 +503,8 @@ class FakeUpstream:
     ``[[length]]`` stop after a third with finish_reason "length"; ``[[comment]]``
     ``: keep-alive`` comment lines between chunks; ``[[stamp]]`` each content piece
     starts with ``@<unix time of sending> `` (for latency benchmarks).
-    ``[[size:N]]`` each filler chunk (``chunks:N``) is N characters long (one N-byte line);
+    ``[[size:N]]`` each filler chunk (``chunks:N``) is N characters long (one N-byte line of
+    ~1000-character paragraphs);
     ``[[malformed:N]]`` an unreadable ``data:`` line after each of the first N content
     chunks, the stream going on; ``[[wait:MS]]`` nothing at all (not even headers) for MS
     before the answer; with ``[[status:CODE]]``: ``[[html]]`` an HTML error page instead of
@@ -827,8 +828,10 @@ class FakeUpstream:
             content = _tool_items()
         elif n_chunks is not None and _nonneg_int(directives.get("size")):
             size = _nonneg_int(directives.get("size")) or 0
-            filler = " ".join(_FILLER_WORDS) + " "
-            piece = (filler * (size // len(filler) + 1))[:size]
+            # Paragraphs of about 1000 characters, as a long real answer has.
+            paragraph = (" ".join(_FILLER_WORDS) + " ") * 7
+            paragraph = paragraph[:998].rstrip() + ".\n\n"
+            piece = (paragraph * (size // len(paragraph) + 1))[:size]
             content = [piece] * n_chunks
         elif n_chunks is not None:
             content = [_FILLER_WORDS[i % len(_FILLER_WORDS)] + " " for i in range(n_chunks)]

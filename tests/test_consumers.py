@@ -596,3 +596,38 @@ async def test_a_socket_follows_only_the_conversation_it_last_opened(connect, al
     if attached["message"] is not None:  # the stop had not landed yet: follow it to its end
         assert (await ws.until("done"))[-1]["status"] == "stopped"
     assert (await Message.objects.aget(pk=delta["message"])).status == "stopped"
+
+
+# --- frames under daphne's 1 MiB limit --------------------------------------------------
+
+
+def test_a_long_snapshot_is_cut_into_frames_under_the_limit():
+    import orjson
+
+    content, reasoning = "\x01" * 300_000 + "✓" * 100_000, "é" * 200_000  # \x01 grows sixfold in JSON
+    texts = generation.snapshot_frames(1, 2, content, reasoning, "streaming", "m", 7)
+    frames = [orjson.loads(text) for text in texts]
+    assert max(len(text.encode()) for text in texts) < 1024 * 1024
+    assert frames[0]["type"] == "snapshot" and frames[0]["seq"] == 7 and frames[0]["more"] is True
+    assert all(f["type"] == "snapshot_part" and f["message"] == 2 for f in frames[1:])
+    assert [f["more"] for f in frames] == [True] * (len(frames) - 1) + [False]
+    assert "".join(f.get("content", "") for f in frames) == content
+    assert "".join(f.get("reasoning", "") for f in frames) == reasoning
+    # a short one stays one plain frame, without `more`
+    assert [orjson.loads(t) for t in generation.snapshot_frames(1, 2, "hi", "", "complete", "m", None)] == [
+        {"type": "snapshot", "conversation": 1, "message": 2, "content": "hi", "reasoning": "", "status": "complete",
+         "model": "m", "seq": None}
+    ]  # fmt: skip
+
+
+async def test_a_huge_upstream_chunk_becomes_several_deltas(connect, alice, providers):
+    _, _, ws = await connect(alice)
+    with override_settings(CHAT_MAX_REPLY_BYTES=5_000_000):
+        await ws.send(type="send", conversation=None, content="[[chunks:3]] [[size:400000]]", model="claude-sonnet-5")
+        frames = await ws.until("done", timeout=60)
+    deltas = [f for f in frames if f["type"] == "delta"]
+    assert frames[-1]["status"] == "complete" and len(deltas) > 1_200_000 // generation.MAX_FRAME_CHARS
+    assert max(len(d.get("content", "")) + len(d.get("reasoning", "")) for d in deltas) <= generation.MAX_FRAME_CHARS
+    assert [d["seq"] for d in deltas] == list(range(1, len(deltas) + 1))
+    reply = await Message.objects.aget(pk=frames[0]["message"])
+    assert reply.content == joined(frames, "content") and len(reply.content) == 1_200_000
