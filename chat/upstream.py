@@ -272,7 +272,7 @@ def _describe_error_body(text: str, fallback: str) -> tuple[str, str | None]:
         return shorten(" ".join(text.split()) or fallback), None
     error = obj.get("error", obj) if isinstance(obj, dict) else obj
     message, code = describe_error(error, fallback)
-    return shorten(message), (code[:100] if code else code)
+    return shorten(message), (code[:100] if code else code)  # both already scrubbed with the body
 
 
 def describe_error(error: Any, fallback: str = "upstream error") -> tuple[str, str | None]:
@@ -561,7 +561,7 @@ class StreamState:
 
     def _within_cap(self, content: str, reasoning: str) -> tuple[str, str]:
         """The new text, cut (on a character boundary) where the reply would pass max_reply."""
-        added = len(content.encode()) + len(reasoning.encode())
+        added = _utf8_len(content) + _utf8_len(reasoning)
         self.reply_bytes += added
         if self.max_reply is None or self.reply_bytes <= self.max_reply:
             return content, reasoning
@@ -657,6 +657,11 @@ def parse_chunk(data: bytes) -> dict[str, Any]:
     if not isinstance(chunk, dict):
         raise UpstreamError("protocol", "the upstream sent an event that is not a JSON object")
     return chunk
+
+
+def _utf8_len(text: str) -> int:
+    # isascii() is a flag check in CPython: most tokens are counted without encoding them.
+    return len(text) if text.isascii() else len(text.encode())
 
 
 def estimate_tokens(chars: int) -> int:
