@@ -631,3 +631,15 @@ async def test_a_huge_upstream_chunk_becomes_several_deltas(connect, alice, prov
     assert [d["seq"] for d in deltas] == list(range(1, len(deltas) + 1))
     reply = await Message.objects.aget(pk=frames[0]["message"])
     assert reply.content == joined(frames, "content") and len(reply.content) == 1_200_000
+
+
+async def test_a_silent_upstream_fails_after_the_first_byte_timeout(connect, alice, providers):
+    _, _, ws = await connect(alice)
+    loop = asyncio.get_running_loop()
+    with override_settings(UPSTREAM_FIRST_BYTE_TIMEOUT=1.0):
+        started = loop.time()
+        await ws.send(type="send", conversation=None, content="[[wait:20000]] hi", model="claude-sonnet-5")
+        frames = await ws.until("done", timeout=15)
+    assert loop.time() - started < 10  # not UPSTREAM_READ_TIMEOUT's 300 s
+    assert frames[-1]["status"] == "failed"
+    assert frames[-1]["error"] == "The upstream timed out: the upstream did not answer in time."
