@@ -326,7 +326,7 @@ class UpstreamStream:
                 if loop.time() > self.deadline_at:
                     raise UpstreamError("timeout", "the stream ran past its overall deadline")
         except LineTooLong as exc:
-            raise UpstreamError("protocol", f"{exc}, past the limit of one event") from None
+            raise UpstreamError("protocol", str(exc)) from None
         except httpx.TimeoutException as exc:
             raise UpstreamError("timeout", "the upstream sent no data for too long") from exc
         except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
