@@ -59,7 +59,7 @@ async def test_with_no_upstream_configured_the_demo_provider_answers(alice):
 async def test_provider_key_never_reaches_a_socket_or_a_log(server, alice, providers):
     providers["i14"].api_key = "wrong-key-but-still-secret"
     await providers["i14"].asave()
-    for content in ("hello", "[[status:500]] hi"):
+    for content in ("hello", "[[status:500]] hi", "[[status:400]] [[echoauth]] an upstream echoing the key"):
         frames = await chat_over_websocket(
             server.url, alice, {"type": "send", "conversation": None, "content": content, "model": "claude-sonnet-5"}
         )
