@@ -98,6 +98,7 @@ class SSEDecoder:
             else:
                 self._line(line[:-1], line, events)
         has_cr = b"\r" in chunk
+        limit = self.max_event
         while start < size:
             end = chunk.find(b"\n", start)
             if has_cr:
@@ -110,12 +111,13 @@ class SSEDecoder:
                 break
             following = end + 2 if chunk[end] == _CR and chunk[end + 1] == _LF else end + 1
             if self._partial:
-                head = self._take_partial()
-                self._check(len(head) + following - start)
-                self._line(head + chunk[start:end], head + chunk[start:following], events)
+                raw = self._take_partial() + chunk[start:following]
+                line = raw[: len(raw) - (following - end)]
             else:
-                self._check(following - start)
-                self._line(chunk[start:end], chunk[start:following], events)
+                raw, line = chunk[start:following], chunk[start:end]
+            if limit is not None and self._raw_len + len(raw) > limit:
+                raise LineTooLong(limit)
+            self._line(line, raw, events)
             start = following
         if start < size:
             self._keep(chunk[start:] if start else chunk)
