@@ -16,7 +16,19 @@ from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
 from . import limits, upstream
-from .models import ApiToken, CatalogEntry, ChatError, Conversation, Message, Provider, Usage, client, timeouts
+from .models import (
+    ApiToken,
+    CatalogEntry,
+    ChatError,
+    Conversation,
+    Message,
+    Provider,
+    Usage,
+    client,
+    fit,
+    stream_state,
+    timeouts,
+)
 from .relay import Relay, RequestError, error_body, message_text, parse_request, prompt_chars, upstream_body
 
 log = logging.getLogger(__name__)
@@ -104,7 +116,14 @@ async def stream_completion(meter: Meter, payload: dict, wants_usage: bool) -> H
     async def opening():
         await cleanup.enter_async_context(limits.provider_slot(provider.name, limits.provider_limit(provider)))
         return await cleanup.enter_async_context(
-            upstream.open_stream(client(), provider.base_url, provider.api_key, payload, timeouts())
+            upstream.open_stream(
+                client(),
+                provider.base_url,
+                provider.api_key,
+                payload,
+                timeouts(),
+                max_event=settings.UPSTREAM_MAX_LINE_BYTES,
+            )
         )
 
     try:
@@ -143,7 +162,14 @@ async def complete(meter: Meter, payload: dict) -> HttpResponse:
 
     async def ask():
         async with limits.provider_slot(provider.name, limits.provider_limit(provider)):
-            return await upstream.post_json(client(), provider.base_url, provider.api_key, payload, timeouts())
+            return await upstream.post_json(
+                client(),
+                provider.base_url,
+                provider.api_key,
+                payload,
+                timeouts(),
+                max_bytes=settings.API_MAX_RESPONSE_BYTES,
+            )
 
     answer, refused = await meter.answer_of(ask())
     if refused is not None:
@@ -185,8 +211,8 @@ def upstream_error(exc: upstream.UpstreamError) -> HttpResponse:
             shaped = isinstance(orjson.loads(body).get("error"), dict)
         except (orjson.JSONDecodeError, AttributeError):
             shaped = False
-        if not shaped:
-            body = error_body(exc.message, "upstream_error", exc.code)
+        if not shaped:  # plain text or an HTML page: one line, e.g. "upstream 502: Bad Gateway"
+            body = error_body(str(exc), "upstream_error", exc.code)
         response = HttpResponse(body, status=exc.status, content_type="application/json")
         copy_headers(exc.headers, response)
         return response
@@ -204,7 +230,7 @@ class Meter:
         self.entry = entry
         self.body = body
         self.started = timezone.now()
-        self.state = upstream.StreamState(started_at=asyncio.get_running_loop().time())
+        self.state = stream_state(asyncio.get_running_loop().time(), entry.provider.api_key)
         self.recorded = False
         self.usage_id: int | None = None
 
@@ -276,7 +302,7 @@ class Meter:
             reasoning=self.state.reasoning_text,
             tool_calls=self.state.tool_call_list or None,
             status=status,
-            finish_reason=self.state.finish_reason or "",
+            finish_reason=fit(Message, "finish_reason", self.state.finish_reason),
             error=error,
             model=self.entry.model,
         )

@@ -11,7 +11,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
 from . import generation, params
-from .generation import Job, control_group, conversation_group, frame, snapshot_frame
+from .generation import Job, control_group, conversation_group, frame, snapshot_frames
 from .limits import FRAME_LIMIT_CLOSE_CODE, FrameLimiter
 from .models import ChatError, Conversation, Message, Provider, begin_turn
 
@@ -251,17 +251,18 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         if event["message"] in self.attaching and self.attaching[event["message"]] is None:
             self.attaching[event["message"]] = event["seq"]
             await self.send(text_data=event["text"])
+            for text in event.get("parts", ()):  # a long reply's snapshot, frame by frame
+                await self.send(text_data=text)
 
     async def chat_done(self, event: dict) -> None:
         message_id = event["message"]
         if message_id in self.attaching and self.attaching.pop(message_id) is None:
             # The stream ended before its snapshot reached us: the saved text is final.
             reply = await Message.objects.aget(pk=message_id)
-            await self.send(
-                text_data=snapshot_frame(
-                    reply.conversation_id, reply.pk, reply.content, reply.reasoning, reply.status, reply.model, None
-                )
-            )
+            for text in snapshot_frames(
+                reply.conversation_id, reply.pk, reply.content, reply.reasoning, reply.status, reply.model, None
+            ):
+                await self.send(text_data=text)
         await self.send(text_data=event["text"])
 
 

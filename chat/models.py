@@ -38,7 +38,25 @@ def timeouts() -> upstream.Timeouts:
         connect=settings.UPSTREAM_CONNECT_TIMEOUT,
         read=settings.UPSTREAM_READ_TIMEOUT,
         deadline=settings.UPSTREAM_DEADLINE,
+        first_byte=settings.UPSTREAM_FIRST_BYTE_TIMEOUT,
     )
+
+
+def stream_state(started_at: float, api_key: str = "") -> upstream.StreamState:
+    """A stream's accumulator with this install's limits (reply size, unreadable events)."""
+    return upstream.StreamState(
+        started_at=started_at,
+        max_reply=settings.CHAT_MAX_REPLY_BYTES,
+        max_malformed=settings.UPSTREAM_MAX_MALFORMED,
+        secrets=(api_key,) if api_key else (),
+    )
+
+
+def fit(model: type[models.Model], field: str, value: str | None) -> str:
+    """An upstream-derived string cut to its column (PostgreSQL refuses longer ones)."""
+    limit = model._meta.get_field(field).max_length
+    value = value or ""
+    return value[:limit] if limit is not None else value
 
 
 def client():
@@ -200,6 +218,9 @@ class Provider(models.Model):
         ttl = settings.UPSTREAM_MODELS_CACHE_SECONDS
         try:
             ids = await upstream.list_models(client(), self.base_url, self.api_key, timeouts())
+            # An id too long for the model columns (stored as name/id) could never be saved.
+            longest = Conversation._meta.get_field("model").max_length - len(self.name) - 1
+            ids = [model_id for model_id in ids if len(model_id) <= longest]
         except upstream.UpstreamError as exc:
             log.warning("provider %s: cannot list models: %s", self.name, exc)
             ids, ttl = [], 30
@@ -510,12 +531,12 @@ class Usage(models.Model):
     def ending(state: upstream.StreamState, status: str, error: str, metering: dict) -> dict:
         """The fields a finished stream writes on its usage row."""
         return {
-            "upstream_id": state.upstream_id,
-            "request_id": state.request_id,
+            "upstream_id": fit(Usage, "upstream_id", state.upstream_id),
+            "request_id": fit(Usage, "request_id", state.request_id),
             "upstream_perf": state.perf,
             "ended": timezone.now(),
             "status": status,
-            "finish_reason": state.finish_reason or "",
+            "finish_reason": fit(Usage, "finish_reason", state.finish_reason),
             "error": error,
             **metering,
         }

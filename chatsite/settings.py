@@ -206,9 +206,18 @@ DEMO_UPSTREAM = env_bool("DEMO_UPSTREAM", not UPSTREAM_BASE_URL)
 UPSTREAM_MAX_TOKENS = env_number("UPSTREAM_MAX_TOKENS", 8192)
 UPSTREAM_CONNECT_TIMEOUT = env_number("UPSTREAM_CONNECT_TIMEOUT", 10.0, float)
 UPSTREAM_READ_TIMEOUT = env_number("UPSTREAM_READ_TIMEOUT", 300.0, float)
+# From sending a streaming request to the first byte of its answer: a dead upstream is noticed sooner.
+UPSTREAM_FIRST_BYTE_TIMEOUT = env_number("UPSTREAM_FIRST_BYTE_TIMEOUT", 60.0, float)
 UPSTREAM_DEADLINE = env_number("UPSTREAM_DEADLINE", 1800.0, float)
 UPSTREAM_MAX_CONNECTIONS = env_number("UPSTREAM_MAX_CONNECTIONS", 1000)
 UPSTREAM_MODELS_CACHE_SECONDS = env_number("UPSTREAM_MODELS_CACHE_SECONDS", 300)
+# What an upstream may send: one SSE line (event), bytes; unreadable events skipped before
+# a stream fails; a whole non-stream /v1 response, bytes.
+UPSTREAM_MAX_LINE_BYTES = env_number("UPSTREAM_MAX_LINE_BYTES", 1_000_000)
+UPSTREAM_MAX_MALFORMED = env_number("UPSTREAM_MAX_MALFORMED", 3)
+API_MAX_RESPONSE_BYTES = env_number("API_MAX_RESPONSE_BYTES", 10_000_000)
+# A reply (text + reasoning, UTF-8 bytes) past this is stopped and marked failed, its text kept.
+CHAT_MAX_REPLY_BYTES = env_number("CHAT_MAX_REPLY_BYTES", 2_000_000)
 # Link-local and cloud metadata addresses (169.254.0.0/16, fe80::/10, fd00:ec2::254) hand out
 # the machine's cloud credentials: providers there are refused, when saved and when called.
 UPSTREAM_ALLOW_LINK_LOCAL = env_bool("UPSTREAM_ALLOW_LINK_LOCAL", False)
