@@ -306,11 +306,12 @@ def test_a_client_that_leaves_closes_the_upstream_within_a_second_and_is_metered
 
 
 def wait_for_usage() -> Usage:
-    # The server writes the row as the cancelled stream unwinds, just after the disconnect.
+    # The row is written as `streaming` when the request starts and settled as the
+    # cancelled stream unwinds, just after the disconnect.
     deadline = time.monotonic() + 5
-    while (usage := Usage.objects.first()) is None and time.monotonic() < deadline:
+    while ((usage := Usage.objects.first()) is None or usage.status == "streaming") and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert usage is not None, "no usage row written"
+    assert usage is not None and usage.status != "streaming", "the usage row was not settled"
     return usage
 
 

@@ -69,7 +69,7 @@ def test_unsupported_or_out_of_range_fields_are_refused_naming_the_param(sdk, fa
     error = caught.value.body
     assert caught.value.status_code == 400 and error["param"] == param and error["type"] == "invalid_request_error"
     assert caught.value.message and "{" not in caught.value.message.split(":", 1)[0]
-    assert fake.app.streams == [] and Usage.objects.count() == 0
+    assert not fake.app.streams and Usage.objects.count() == 0
 
 
 def test_only_the_supported_fields_reach_the_upstream(sdk, fake):
@@ -130,7 +130,7 @@ async def test_websocket_send_has_the_same_limits_as_every_path(server, alice, p
         await tab.send(type="send", conversation=None, content="hello", **fields)
         error = await tab.receive()
     assert error["type"] == "error" and error["code"] == code and detail in error["detail"]
-    assert await Conversation.objects.acount() == 0 and fake.app.streams == []
+    assert await Conversation.objects.acount() == 0 and not fake.app.streams
 
 
 def test_patch_caps_stop_strings_like_the_websocket(client, alice):
