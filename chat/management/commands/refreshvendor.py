@@ -1,7 +1,9 @@
 """Re-download the pinned front-end libraries from the npm registry into static/vendor/.
 
-The chat page loads marked, DOMPurify and highlight.js as plain ES modules: no bundler
-and no CDN. This command is the only way those files change: bump a version (and its
+The chat page loads marked, DOMPurify and highlight.js as plain ES modules, and the usage
+dashboard Chart.js (its UMD build, which an ES module imports for its side effect of setting
+globalThis.Chart: the ESM build imports a bare package name, which needs an import map, an
+inline script the CSP forbids): no bundler and no CDN. This command is the only way those files change: bump a version (and its
 integrity hash, from `npm view <name>@<version> dist.integrity`) below and run it.
 """
 
@@ -76,6 +78,13 @@ PACKAGES = [
             "LICENSE": "LICENSE",
         },
     ),
+    Package(
+        "chart.js",
+        "4.6.1",
+        "sha512-hJyniucsFmq//EvXYvJ6c6mahPoI3kaxdjVH8awTaJ/fDNWeSqqqArixMJWkWNN6fcYvPU3HneSANFNYtRi61g==",
+        "chartjs",
+        {"dist/chart.umd.min.js": "chart.umd.min.js", "LICENSE.md": "LICENSE.md"},
+    ),
 ]
 
 
@@ -106,7 +115,7 @@ def extract(package: Package, data: bytes) -> dict[str, bytes]:
 
 
 class Command(BaseCommand):
-    help = "Download the pinned marked, DOMPurify and highlight.js into static/vendor/ and write VERSIONS."
+    help = "Download the pinned marked, DOMPurify, highlight.js and Chart.js into static/vendor/ and write VERSIONS."
 
     def add_arguments(self, parser):
         parser.add_argument("--registry", default=os.environ.get("NPM_CONFIG_REGISTRY") or npm_registry())
