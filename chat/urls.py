@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from . import api, views
+from . import api, dashboard_views, views
 
 urlpatterns = [
     path("", views.index, name="index"),
@@ -14,6 +14,8 @@ urlpatterns = [
     path("api/conversations", views.conversations, name="conversations"),
     path("api/conversations/<int:conversation_id>", views.conversation, name="conversation-detail"),
     path("settings/tokens/", views.tokens, name="tokens"),
+    path("usage/", dashboard_views.usage, name="usage"),
+    path("usage/csv", dashboard_views.usage_csv, name="usage-csv"),
     path("settings/tokens/<int:token_id>/revoke/", views.revoke_token, name="revoke-token"),
     path("v1/chat/completions", api.chat_completions, name="v1-chat-completions"),
     path("v1/models", api.models, name="v1-models"),

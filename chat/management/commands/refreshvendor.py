@@ -3,8 +3,9 @@
 The chat page loads marked, DOMPurify and highlight.js as plain ES modules, and the usage
 dashboard Chart.js (its UMD build, which an ES module imports for its side effect of setting
 globalThis.Chart: the ESM build imports a bare package name, which needs an import map, an
-inline script the CSP forbids): no bundler and no CDN. This command is the only way those files change: bump a version (and its
-integrity hash, from `npm view <name>@<version> dist.integrity`) below and run it.
+inline script the CSP forbids): no bundler and no CDN. This command is the only way those
+files change: bump a version (and its integrity hash, from `npm view <name>@<version>
+dist.integrity`) below and run it.
 """
 
 from __future__ import annotations

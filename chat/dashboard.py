@@ -1,0 +1,382 @@
+"""The usage dashboard's figures: a period and filters in, aggregates out, every sum and count made by the database.
+
+Python only ever loops over aggregated rows (a day and a model, a person, a model), never over
+usage rows, so a year of a busy team costs a few GROUP BY queries (see bench/dashboard_bench.py).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import date, datetime, time, timedelta
+from decimal import Decimal
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from django.db import connection
+from django.db.models import Aggregate, Count, DateField, FloatField, Func, Max, Q, Sum
+from django.db.models.functions import TruncDate
+from django.utils import timezone
+
+from . import models as chat_models
+from .models import Message, Usage
+
+PRESETS = {
+    "month": "This month",
+    "last-month": "Last month",
+    "7d": "Last 7 days",
+    "30d": "Last 30 days",
+    "year": "This year",
+    "custom": "Custom range",
+}
+# A custom range longer than this is refused: the daily charts would have thousands of bars.
+MAX_DAYS = 800
+ENDINGS = (Message.Status.STOPPED, Message.Status.INTERRUPTED, Message.Status.FAILED)
+
+
+class FilterError(Exception):
+    """A filter the viewer may not use, or cannot be read; `status` is the HTTP status to answer."""
+
+    def __init__(self, detail: str, status: int = 400) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.status = status
+
+
+@dataclass(frozen=True)
+class Filters:
+    preset: str
+    first: date  # the period's first local day
+    last: date  # its last local day, inclusive
+    user_id: int | None = None
+    group_id: int | None = None
+    model: str = ""
+    source: str = ""
+
+    @property
+    def start(self) -> datetime:
+        return timezone.make_aware(datetime.combine(self.first, time.min))
+
+    @property
+    def end(self) -> datetime:
+        return timezone.make_aware(datetime.combine(self.last + timedelta(days=1), time.min))
+
+    def days(self) -> list[date]:
+        return [self.first + timedelta(days=n) for n in range((self.last - self.first).days + 1)]
+
+
+def preset_range(preset: str, today: date) -> tuple[date, date]:
+    """The first and last day of a preset period (the month, 7/30 days and year end today)."""
+    if preset == "last-month":
+        last = today.replace(day=1) - timedelta(days=1)
+        return last.replace(day=1), last
+    if preset == "7d":
+        return today - timedelta(days=6), today
+    if preset == "30d":
+        return today - timedelta(days=29), today
+    if preset == "year":
+        return today.replace(month=1, day=1), today
+    return today.replace(day=1), today
+
+
+def parse_filters(query, viewer, today: date | None = None) -> Filters:
+    """Filters from a GET query; people who are not staff only ever get their own rows."""
+    today = today or timezone.localdate()
+    preset = query.get("period") or "month"
+    if preset not in PRESETS:
+        raise FilterError(f"There is no period called {preset[:40]}: choose one of {', '.join(PRESETS)}.")
+    if preset == "custom":
+        first, last = day_param(query, "from", "first"), day_param(query, "to", "last")
+        if first > last:
+            raise FilterError("The range starts after it ends: the first day must come before the last.")
+        if (last - first).days >= MAX_DAYS:
+            raise FilterError(f"The range is too long: at most {MAX_DAYS} days.")
+    else:
+        first, last = preset_range(preset, today)
+    user_id, group_id = id_param(query, "user"), id_param(query, "group")
+    if not viewer.is_staff:
+        if (user_id is not None and user_id != viewer.pk) or group_id is not None:
+            raise FilterError("You can only see your own usage.", status=403)
+        user_id = viewer.pk
+    source = query.get("source") or ""
+    if source and source not in Usage.Source.values:
+        raise FilterError(f"Unknown source: choose {' or '.join(Usage.Source.values)}.")
+    model = (query.get("model") or "")[: Usage._meta.get_field("model").max_length]
+    return Filters(preset, first, last, user_id, group_id, model, source)
+
+
+def day_param(query, name: str, which: str) -> date:
+    value = query.get(name) or ""
+    try:
+        return date.fromisoformat(value)
+    except ValueError:
+        raise FilterError(f"Give the {which} day of the custom range as YYYY-MM-DD.") from None
+
+
+def id_param(query, name: str) -> int | None:
+    value = query.get(name) or ""
+    if not value:
+        return None
+    if not value.isdigit():
+        raise FilterError(f"The {name} filter must be an id number.")
+    return int(value)
+
+
+def usage_rows(filters: Filters, *, model: bool = True):
+    """The usage rows behind the filters (model=False: all models, for the model picker)."""
+    rows = Usage.objects.filter(started__gte=filters.start, started__lt=filters.end)
+    if filters.user_id is not None:
+        rows = rows.filter(user_id=filters.user_id)
+    if filters.group_id is not None:
+        rows = rows.filter(user__groups=filters.group_id)
+    if filters.source:
+        rows = rows.filter(source=filters.source)
+    if model and filters.model:
+        rows = rows.filter(model=filters.model)
+    return rows.order_by()  # Usage's default ordering would join the GROUP BY
+
+
+# --- database functions ------------------------------------------------------------
+
+
+class LocalDate(Func):
+    """The calendar day of a datetime in settings.TIME_ZONE, computed by the database.
+
+    PostgreSQL: Django's TruncDate (`AT TIME ZONE`). SQLite: TruncDate calls a Python function
+    for every row, a second per million rows, so SQLite's own date() is used instead; for a zone
+    other than UTC with its 'localtime' modifier, which follows the TZ variable that Django sets
+    from TIME_ZONE at start-up (on Unix, the only place this server runs).
+    """
+
+    output_field = DateField()
+
+    def as_sql(self, compiler, connection, **extra):
+        truncated = TruncDate(*self.source_expressions, tzinfo=timezone.get_current_timezone())
+        return compiler.compile(truncated)
+
+    def as_sqlite(self, compiler, connection, **extra):
+        sql, params = compiler.compile(self.source_expressions[0])
+        modifier = "" if settings.TIME_ZONE == "UTC" else ", 'localtime'"
+        return f"date({sql}{modifier})", params
+
+
+class Percentile(Aggregate):
+    """PostgreSQL's percentile_cont: the value at a fraction of the ordered values, interpolated."""
+
+    function = "percentile_cont"
+    template = "%(function)s(%(fraction)s) WITHIN GROUP (ORDER BY %(expressions)s)"
+    output_field = FloatField()
+
+    def __init__(self, expression, fraction: float, **extra) -> None:
+        super().__init__(expression, fraction=float(fraction), **extra)
+
+
+PERCENTILES = {"ttft_p50": ("ttft_ms", 0.5), "ttft_p95": ("ttft_ms", 0.95), "tps_p50": ("tokens_per_second", 0.5)}
+
+
+def percentiles(rows, counts: dict[str, dict[str, int]]) -> dict[str, dict[str, float | None]]:
+    """TTFT median and p95 and tokens/s median per model; counts[model][column] = its non-null values."""
+    if connection.vendor == "postgresql":
+        found = rows.values("model").annotate(
+            **{name: Percentile(column, fraction) for name, (column, fraction) in PERCENTILES.items()}
+        )
+        return {row.pop("model"): row for row in found}
+    return {
+        model: {
+            name: percentile_by_offset(rows.filter(model=model), column, fraction, counts[model][column])
+            for name, (column, fraction) in PERCENTILES.items()
+        }
+        for model in counts
+    }
+
+
+def percentile_by_offset(rows, column: str, fraction: float, count: int) -> float | None:
+    """percentile_cont for databases without it (SQLite): the one or two middle values by ORDER BY … OFFSET.
+
+    The same interpolation as PostgreSQL's, so both give the same figure; an index on
+    (model, column, started) lets SQLite walk to the offset without sorting the rows.
+    """
+    if not count:
+        return None
+    position = fraction * (count - 1)
+    below = math.floor(position)
+    values = list(
+        rows.filter(**{f"{column}__isnull": False}).order_by(column).values_list(column, flat=True)[below : below + 2]
+    )
+    if len(values) == 1 or position == below:
+        return float(values[0])
+    return float(values[0]) + (float(values[1]) - float(values[0])) * (position - below)
+
+
+# --- the figures -------------------------------------------------------------------
+
+
+@dataclass
+class Figures:
+    filters: Filters
+    totals: dict
+    days: list[str]
+    cost_series: dict[str, list[float]]
+    token_series: dict[str, list[int]]
+    people: list[dict]
+    models: list[dict]
+
+    def as_json(self) -> dict:
+        """What the page's script draws, and the figures of its tables (json_script; decimals as strings)."""
+        return {
+            "days": self.days,
+            "cost": self.cost_series,
+            "tokens": self.token_series,
+            "totals": self.totals,
+            "people": self.people,
+            "models": self.models,
+        }
+
+
+SUMS = {
+    "prompt_tokens": Sum("prompt_tokens"),
+    "completion_tokens": Sum("completion_tokens"),
+    "reasoning_tokens": Sum("reasoning_tokens"),
+    "cost": Sum("cost"),
+}
+
+
+def figures(filters: Filters) -> Figures:
+    """Everything the dashboard shows for these filters."""
+    rows = usage_rows(filters)
+    daily = list(
+        rows.annotate(day=LocalDate("started"))
+        .values("day", "model")
+        .annotate(
+            requests=Count("pk"),
+            timed=Count("ttft_ms"),
+            speeds=Count("tokens_per_second"),
+            **SUMS,
+            **{status: Count("pk", filter=Q(status=status)) for status in ENDINGS},
+        )
+    )
+    days = [day.isoformat() for day in filters.days()]
+    index = {day: n for n, day in enumerate(days)}
+    per_model: dict[str, dict] = {}
+    cost_series: dict[str, list[float]] = {}
+    token_series: dict[str, list[int]] = {}
+    counted = ("requests", "timed", "speeds", "prompt_tokens", "completion_tokens", "reasoning_tokens", *ENDINGS)
+    for row in daily:  # one row per day and model: at most days x models
+        model = row["model"]
+        totals = per_model.setdefault(model, {"model": model, "cost": Decimal(0), **dict.fromkeys(counted, 0)})
+        for name in counted:
+            totals[name] += row[name] or 0
+        totals["cost"] += row["cost"] or 0
+        slot = index.get(row["day"].isoformat())
+        if slot is not None:
+            cost_series.setdefault(model, [0.0] * len(days))[slot] += float(row["cost"] or 0)
+            tokens = (row["prompt_tokens"] or 0) + (row["completion_tokens"] or 0)
+            token_series.setdefault(model, [0] * len(days))[slot] += tokens
+    counts = {model: {"ttft_ms": t["timed"], "tokens_per_second": t["speeds"]} for model, t in per_model.items()}
+    spread = percentiles(rows, counts)
+    models = []
+    for model, totals in sorted(per_model.items(), key=lambda item: (-item[1]["cost"], item[0])):
+        requests = totals["requests"]
+        models.append(
+            {
+                "model": model,
+                "requests": requests,
+                "tokens": totals["prompt_tokens"] + totals["completion_tokens"],
+                "cost": totals["cost"],
+                **spread.get(model, dict.fromkeys(PERCENTILES)),
+                **{f"{status}_share": totals[status] / requests if requests else 0 for status in ENDINGS},
+            }
+        )
+    people = people_rows(rows, filters)
+    summed = ("requests", "prompt_tokens", "completion_tokens", "reasoning_tokens")
+    totals = {name: sum(t[name] for t in per_model.values()) for name in summed}
+    totals["cost"] = sum((t["cost"] for t in per_model.values()), Decimal(0))
+    totals["people"] = len(people)
+    return Figures(filters, totals, days, cost_series, token_series, people, models)
+
+
+def people_rows(rows, filters: Filters) -> list[dict]:
+    """One row per person active in the period, with their share of their monthly budget when they have one."""
+    people = list(
+        rows.values("user_id", "user__username").annotate(requests=Count("pk"), last_active=Max("started"), **SUMS)
+    )
+    budget_for = getattr(chat_models, "budget_for", None)  # from the budgets work; absent before it is merged
+    users = get_user_model().objects.in_bulk([p["user_id"] for p in people]) if budget_for else {}
+    for person in people:
+        person["username"] = person.pop("user__username")
+        person["cost"] = person["cost"] or Decimal(0)
+        for name in ("prompt_tokens", "completion_tokens", "reasoning_tokens"):
+            person[name] = person[name] or 0
+        budget = budget_for(users[person["user_id"]]) if budget_for else None
+        person["budget_share"] = budget_share(person, budget)
+    people.sort(key=lambda p: (-p["cost"], p["username"]))
+    return people
+
+
+def budget_share(person: dict, budget) -> float | None:
+    """Spend over a monthly budget: in USD when the budget has an amount, else in tokens; None without one."""
+    if budget is None:
+        return None
+    usd, tokens = getattr(budget, "usd", None), getattr(budget, "tokens", None)
+    if usd:
+        return float(person["cost"] / Decimal(usd))
+    if tokens:
+        return (person["prompt_tokens"] + person["completion_tokens"]) / tokens
+    return None
+
+
+def model_choices(filters: Filters, figures: Figures) -> list[str]:
+    """The models the picker offers: those used in the period (by the viewer's rows when not staff)."""
+    if not filters.model:
+        return sorted(m["model"] for m in figures.models)
+    return sorted(usage_rows(filters, model=False).values_list("model", flat=True).distinct())
+
+
+def choices(viewer) -> dict:
+    """People and groups for the staff filters."""
+    if not viewer.is_staff:
+        return {"users": [], "groups": []}
+    users = get_user_model().objects.order_by("username").values_list("pk", "username")
+    return {"users": list(users), "groups": list(Group.objects.order_by("name").values_list("pk", "name"))}
+
+
+# --- CSV -----------------------------------------------------------------------------
+
+CSV_COLUMNS = {
+    "started": "started",
+    "user__username": "user",
+    "source": "source",
+    "provider__name": "provider",
+    "model": "model",
+    "status": "status",
+    "finish_reason": "finish_reason",
+    "prompt_tokens": "prompt_tokens",
+    "completion_tokens": "completion_tokens",
+    "reasoning_tokens": "reasoning_tokens",
+    "total_tokens": "total_tokens",
+    "cost": "cost_usd",
+    "estimated": "estimated",
+    "ttft_ms": "ttft_ms",
+    "tokens_per_second": "tokens_per_second",
+    "duration_ms": "duration_ms",
+}
+# Text a spreadsheet would run as a formula (a model id or a name starting with "=" or "@").
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, datetime):
+        return timezone.localtime(value).isoformat()
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, str):
+        return "'" + value if value.startswith(FORMULA_START) else value
+    return str(value)
+
+
+def csv_rows(filters: Filters):
+    """The usage rows behind the filters as CSV cells, oldest first, read from a server-side cursor."""
+    return usage_rows(filters).order_by("started", "pk").values_list(*CSV_COLUMNS)

@@ -1,0 +1,35 @@
+"""Number formats for the usage dashboard."""
+
+from django import template
+
+register = template.Library()
+
+
+@register.filter
+def percent(value) -> str:
+    """A share (0.25) as a percentage ("25.0 %"); an empty cell for none."""
+    if value is None or value == "":
+        return "–"
+    return f"{float(value) * 100:.1f} %"
+
+
+@register.filter
+def usd(value, places: int = 4) -> str:
+    """A cost in dollars with thousands separators ("$1,234.5000")."""
+    if value is None:
+        return "–"
+    return f"${float(value):,.{int(places)}f}"
+
+
+@register.filter
+def whole(value) -> str:
+    """A count with thousands separators; an empty cell for none."""
+    if value is None:
+        return "–"
+    return f"{round(float(value)):,}"
+
+
+@register.filter
+def sortvalue(value) -> str:
+    """The raw number a sortable column orders by (empty sorts first)."""
+    return "" if value is None else str(value)
