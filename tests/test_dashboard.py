@@ -9,7 +9,7 @@ import os
 import re
 import subprocess
 import sys
-from datetime import date
+from datetime import UTC, date, datetime
 from decimal import Decimal
 
 import httpx
@@ -184,3 +184,121 @@ def test_percentiles_on_postgresql(fake_server):
             assert browser.post("/accounts/login/", data=form).status_code == 302
             check_march(figures(browser.get("/usage/", params=MARCH)))
             assert "Traceback" not in live.output()
+
+
+def test_the_sidebar_links_to_the_dashboard(server, team, django_user_model):
+    for name, label in (("carol", ">Usage</a>"), ("alice", ">My usage</a>")):
+        page = get(server, session_cookie(django_user_model.objects.get(username=name)), "/").text
+        assert 'href="/usage/" id="usage-link"' + label in page
+
+
+# --- in a real browser (kept last: Playwright's sync API marks this thread's event loop as running) ---
+
+
+def busy_month(users: dict[str, int]) -> None:
+    """A month of varied usage for the screenshots (May 2026: nothing else is there): four models, five people."""
+    from django.contrib.auth import get_user_model
+
+    from chat.models import Usage
+
+    models = {
+        "gpt-5-mini": "0.0006",
+        "claude-sonnet-5": "0.004",
+        "nemotron3-super-120B": "0.0012",
+        "llama-4-scout": "0.0003",
+    }
+    names = ["alice", "bob", "carol", "dave", "erin"]
+    for name in names[3:]:
+        users[name] = get_user_model().objects.create_user(name).pk
+    rows = []
+    for day in range(1, 32):
+        for n, (model, price) in enumerate(models.items()):
+            for k in range((day * (n + 2) + n) % 4 + 1):  # a varied but fixed number of streams
+                prompt, completion = 300 + 97 * ((day + k) % 9), 150 + 61 * ((day * k + n) % 11)
+                rows.append(
+                    Usage(
+                        user_id=users[names[(day + k + n) % len(names)]],
+                        source="api" if k % 3 == 2 else "chat",
+                        model=model,
+                        started=datetime(2026, 5, day, 8 + k, 15 * n, tzinfo=UTC),
+                        prompt_tokens=prompt,
+                        completion_tokens=completion,
+                        reasoning_tokens=completion // 3 if n == 2 else 0,
+                        total_tokens=prompt + completion,
+                        cost=Decimal(price) * (prompt + completion) / 10,
+                        ttft_ms=200 + 150 * n + 37 * k,
+                        tokens_per_second=40.0 + 10 * n - k,
+                        status=["complete", "complete", "complete", "stopped", "failed"][(day + k) % 5],
+                    )
+                )
+    Usage.objects.bulk_create(rows)
+
+
+@pytest.fixture(scope="module")
+def browser(server):
+    """Debian's Chromium (nothing is downloaded); the ORM is called from fixtures under Playwright's loop."""
+    from playwright.sync_api import sync_playwright
+
+    from tests.page_helpers import CHROMIUM, CHROMIUM_ARGS
+
+    previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "1"
+    try:
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+            yield browser
+            browser.close()
+    finally:
+        if previous is None:
+            del os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"]
+        else:
+            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_dashboard_in_a_browser_light_and_dark(browser, server, team, scheme, django_user_model):
+    """The charts are drawn, the tables sort by a click, and a screenshot goes to docs/screenshots/."""
+    from playwright.sync_api import expect
+
+    from tests.page_helpers import ROOT as PAGE_ROOT
+    from tests.page_helpers import sign_in
+
+    busy_month(team)
+    context = browser.new_context(base_url=server.url, color_scheme=scheme, viewport={"width": 1280, "height": 900})
+    errors: list[str] = []
+    try:
+        sign_in(context, django_user_model.objects.get(username="carol"), server.url)
+        page = context.new_page()
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        page.on("console", lambda message: message.type == "error" and errors.append(message.text))
+        page.goto("/usage/?period=custom&from=2026-05-01&to=2026-05-31")
+        expect(page.locator("html")).to_have_attribute("data-charts", "drawn")
+        expect(page.locator("#custom-range")).to_be_visible()
+        page.get_by_label("Period").select_option("month")
+        expect(page.locator("#custom-range")).to_be_hidden()
+        page.get_by_label("Period").select_option("custom")
+        for canvas in ("#cost-chart", "#tokens-chart"):  # something drawn: not every pixel the same
+            drawn = page.locator(canvas).evaluate(
+                """c => { const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+                          return new Set(Array.from(d.filter((_, i) => i % 4 === 0))).size; }"""
+            )
+            assert drawn > 10
+        people = page.locator("#people-table tbody tr td:first-child")
+        expect(people).to_have_count(5)
+        header = page.locator("#people-table th").filter(has_text="Person")
+        header.get_by_role("button").click()
+        expect(header).to_have_attribute("aria-sort", "descending")
+        expect(people).to_have_text(["erin", "dave", "carol", "bob", "alice"])
+        header.get_by_role("button").click()
+        expect(people).to_have_text(["alice", "bob", "carol", "dave", "erin"])
+        requests = page.locator("#people-table tbody tr td:nth-child(2)")
+        page.locator("#people-table th").filter(has_text="Requests").get_by_role("button").click()
+        counts = [int(text.replace(",", "")) for text in requests.all_text_contents()]
+        assert counts == sorted(counts, reverse=True)
+        expect(page.locator("#models-table tbody tr")).to_have_count(4)
+        expect(page.locator("body")).not_to_contain_text("Traceback")
+        path = PAGE_ROOT / "docs" / "screenshots" / f"usage-{scheme}.png"
+        page.screenshot(path=str(path), full_page=True, animations="disabled")
+    finally:
+        context.close()
+    assert not errors, errors
