@@ -298,13 +298,12 @@ def figures(filters: Filters) -> Figures:
 
 def people_rows(rows, filters: Filters) -> list[dict]:
     """One row per person active in the period, with their share of their monthly budget when they have one."""
-    people = list(
-        rows.values("user_id", "user__username").annotate(requests=Count("pk"), last_active=Max("started"), **SUMS)
-    )
+    # Grouped by user_id alone: joining the users here would look one up for every usage row.
+    people = list(rows.values("user_id").annotate(requests=Count("pk"), last_active=Max("started"), **SUMS))
+    users = get_user_model().objects.in_bulk([p["user_id"] for p in people])
     budget_for = getattr(chat_models, "budget_for", None)  # from the budgets work; absent before it is merged
-    users = get_user_model().objects.in_bulk([p["user_id"] for p in people]) if budget_for else {}
     for person in people:
-        person["username"] = person.pop("user__username")
+        person["username"] = users[person["user_id"]].get_username()
         person["cost"] = person["cost"] or Decimal(0)
         for name in ("prompt_tokens", "completion_tokens", "reasoning_tokens"):
             person[name] = person[name] or 0
