@@ -153,6 +153,23 @@ def test_presets_cover_the_right_days():
     assert dashboard.preset_range("year", today) == (date(2026, 1, 1), today)
 
 
+def test_budget_share_uses_the_budgets_when_they_exist(team, django_user_model, monkeypatch):
+    """chat.models.budget_for (the budgets work) gives USD and/or token budgets; without one the cell is empty."""
+    from types import SimpleNamespace
+
+    from chat import models as chat_models
+
+    budgets = {
+        "alice": SimpleNamespace(usd=Decimal("3.5"), tokens=None),
+        "bob": SimpleNamespace(usd=None, tokens=10200),
+    }
+    monkeypatch.setattr(chat_models, "budget_for", lambda user: budgets.get(user.username), raising=False)
+    carol = django_user_model.objects.get(username="carol")
+    people = dashboard.figures(dashboard.parse_filters(MARCH, carol)).people
+    shares = {person["username"]: person["budget_share"] for person in people}
+    assert shares == {"alice": pytest.approx(0.875 / 3.5), "bob": pytest.approx((1700 + 850) / 10200), "carol": None}
+
+
 @override_settings(TIME_ZONE="America/New_York")
 def test_days_are_counted_in_the_configured_time_zone(team, django_user_model):
     """2026-03-01 10:00 UTC is 05:00 in New York, the same day; 03-31 23:59:59 UTC is still the 31st there."""
