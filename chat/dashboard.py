@@ -15,8 +15,8 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.db import connection
-from django.db.models import Aggregate, Count, DateField, FloatField, Func, Max, Q, Sum
-from django.db.models.functions import TruncDate
+from django.db.models import Aggregate, Count, DateField, F, FloatField, Func, Max, Q, Sum, Window
+from django.db.models.functions import RowNumber, TruncDate
 from django.utils import timezone
 
 from . import models as chat_models
@@ -175,13 +175,24 @@ class Percentile(Aggregate):
 PERCENTILES = {"ttft_p50": ("ttft_ms", 0.5), "ttft_p95": ("ttft_ms", 0.95), "tps_p50": ("tokens_per_second", 0.5)}
 
 
-def percentiles(rows, counts: dict[str, dict[str, int]]) -> dict[str, dict[str, float | None]]:
-    """TTFT median and p95 and tokens/s median per model; counts[model][column] = its non-null values."""
+def percentiles(rows, filters: Filters, counts: dict[str, dict[str, int]]) -> dict[str, dict[str, float | None]]:
+    """TTFT median and p95 and tokens/s median per model; counts[model][column] = its non-null values.
+
+    PostgreSQL: percentile_cont. SQLite has none: for a short period its rows are ranked with a
+    window function (one sort of the period), for a long one each value is an index walk.
+    """
     if connection.vendor == "postgresql":
         found = rows.values("model").annotate(
             **{name: Percentile(column, fraction) for name, (column, fraction) in PERCENTILES.items()}
         )
         return {row.pop("model"): row for row in found}
+    if (filters.last - filters.first).days < LONG_PERIOD_DAYS:
+        return percentiles_by_rank(rows, counts)
+    return percentiles_by_offset(rows, counts)
+
+
+def percentiles_by_offset(rows, counts: dict[str, dict[str, int]]) -> dict[str, dict[str, float | None]]:
+    """Every model's figures by percentile_by_offset: three queries a model."""
     return {
         model: {
             name: percentile_by_offset(rows.filter(model=model), column, fraction, counts[model][column])
@@ -191,22 +202,58 @@ def percentiles(rows, counts: dict[str, dict[str, int]]) -> dict[str, dict[str, 
     }
 
 
-def percentile_by_offset(rows, column: str, fraction: float, count: int) -> float | None:
-    """percentile_cont for databases without it (SQLite): the one or two middle values by ORDER BY … OFFSET.
+# SQLite: from this many days on, walking an index to each percentile's OFFSET beats sorting the period.
+LONG_PERIOD_DAYS = 92
 
-    The same interpolation as PostgreSQL's, so both give the same figure; an index on
-    (model, column, started) lets SQLite walk to the offset without sorting the rows.
+
+def percentile_by_offset(rows, column: str, fraction: float, count: int) -> float | None:
+    """One percentile of one model from `ORDER BY column LIMIT 2 OFFSET n`, interpolated as PostgreSQL does.
+
+    An index on (model, column, started) lets SQLite walk to the offset without sorting; the walk
+    passes the model's rows of every period, which only pays off when the period is most of them.
     """
     if not count:
         return None
     position = fraction * (count - 1)
     below = math.floor(position)
-    values = list(
-        rows.filter(**{f"{column}__isnull": False}).order_by(column).values_list(column, flat=True)[below : below + 2]
-    )
+    ordered = rows.filter(**{f"{column}__isnull": False}).order_by(column).values_list(column, flat=True)
+    values = [float(value) for value in ordered[below : below + 2]]
     if len(values) == 1 or position == below:
-        return float(values[0])
-    return float(values[0]) + (float(values[1]) - float(values[0])) * (position - below)
+        return values[0]
+    return values[0] + (values[1] - values[0]) * (position - below)
+
+
+def percentiles_by_rank(rows, counts: dict[str, dict[str, int]]) -> dict[str, dict[str, float | None]]:
+    """percentile_cont for databases without it (SQLite), from the rows ranked by a window function.
+
+    One query per column numbers the period's rows per model in order (ROW_NUMBER() OVER
+    (PARTITION BY model ORDER BY column)) and returns only the one or two rows either side of
+    each wanted position, which are interpolated as PostgreSQL does, so both give the same
+    figure. The covering index led by `started` feeds it the period's rows without the table;
+    the sort grows with the period, so long periods walk an index instead (percentile_by_offset).
+    """
+    found: dict[str, dict[str, float | None]] = {model: dict.fromkeys(PERCENTILES) for model in counts}
+    for column in ("ttft_ms", "tokens_per_second"):
+        wanted: list[tuple[str, str, int, float]] = []  # model, figure, row number below, weight of the next
+        for model, columns in counts.items():
+            for name, (of, fraction) in PERCENTILES.items():
+                if of == column and columns[column]:
+                    position = fraction * (columns[column] - 1)
+                    wanted.append((model, name, math.floor(position) + 1, position - math.floor(position)))
+        if not wanted:
+            continue
+        numbers = sorted({n for *_, below, _ in wanted for n in (below, below + 1)})
+        ranked = (
+            rows.filter(**{f"{column}__isnull": False})
+            .annotate(number=Window(RowNumber(), partition_by=[F("model")], order_by=F(column).asc()))
+            .filter(number__in=numbers)
+            .values_list("model", "number", column)
+        )
+        values = {(model, number): float(value) for model, number, value in ranked}
+        for model, name, below, weight in wanted:
+            low, high = values[(model, below)], values.get((model, below + 1))
+            found[model][name] = low if high is None or not weight else low + (high - low) * weight
+    return found
 
 
 # --- the figures -------------------------------------------------------------------
@@ -274,7 +321,7 @@ def figures(filters: Filters) -> Figures:
             tokens = (row["prompt_tokens"] or 0) + (row["completion_tokens"] or 0)
             token_series.setdefault(model, [0] * len(days))[slot] += tokens
     counts = {model: {"ttft_ms": t["timed"], "tokens_per_second": t["speeds"]} for model, t in per_model.items()}
-    spread = percentiles(rows, counts)
+    spread = percentiles(rows, filters, counts)
     models = []
     for model, totals in sorted(per_model.items(), key=lambda item: (-item[1]["cost"], item[0])):
         requests = totals["requests"]

@@ -170,6 +170,17 @@ def test_budget_share_uses_the_budgets_when_they_exist(team, django_user_model, 
     assert shares == {"alice": pytest.approx(0.875 / 3.5), "bob": pytest.approx((1700 + 850) / 10200), "carol": None}
 
 
+def test_both_sqlite_percentile_methods_give_the_hand_computed_figures(team, django_user_model):
+    """Short periods rank the rows with a window function, long ones walk an index: the same figures."""
+    rows = dashboard.usage_rows(dashboard.parse_filters(MARCH, django_user_model.objects.get(username="carol")))
+    counts = {"model-a": {"ttft_ms": 4, "tokens_per_second": 4}, "model-b": {"ttft_ms": 2, "tokens_per_second": 2}}
+    expected = {model: dict(zip(dashboard.PERCENTILES, MODELS[model][3:6], strict=True)) for model in counts}
+    for method in (dashboard.percentiles_by_rank, dashboard.percentiles_by_offset):
+        found = method(rows, counts)
+        for model in counts:
+            assert found[model] == pytest.approx(expected[model]), (method.__name__, model)
+
+
 @override_settings(TIME_ZONE="America/New_York")
 def test_days_are_counted_in_the_configured_time_zone(team, django_user_model):
     """2026-03-01 10:00 UTC is 05:00 in New York, the same day; 03-31 23:59:59 UTC is still the 31st there."""
