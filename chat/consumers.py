@@ -11,7 +11,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
 from . import generation
-from .generation import Job, control_group, conversation_group, frame, snapshot_frame
+from .generation import Job, conversation_group, frame, snapshot_frame
 from .models import ChatError, Conversation, Message, Provider, begin_turn
 
 # name -> (accepted types, lowest, highest); bool is never a number here.
@@ -95,7 +95,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         # reply id -> seq of the snapshot this socket got (None: waiting for it)
         self.attaching: dict[int, int | None] = {}
         await self.accept()
-        generation.ensure_sweeper()
+        await generation.ensure_started()
 
     async def dispatch(self, message: dict) -> None:
         # Channels closes stale database connections (a thread hop) before every message;
@@ -191,8 +191,9 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
                 raise ChatError("not_found", "No such conversation.")
             model = model or stored
         entry = await Provider.objects.aresolve(model)
+        await generation.ensure_started()
         turn = await database_sync_to_async(begin_turn)(
-            self.user, entry, params, conversation_id=conversation_id, **turn
+            self.user, entry, params, conversation_id=conversation_id, worker_id=generation.worker_id(), **turn
         )
         await self.watch(turn.conversation.pk)
         generation.start(Job.for_turn(turn, entry.provider, entry.model, turn.conversation.params))
@@ -202,30 +203,32 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         reply = await self._own_reply(message_id)
         if reply.status != Message.Status.STREAMING:
             raise ChatError("not_streaming", "That message is not streaming.")
-        await self.channel_layer.group_send(
-            control_group(reply.conversation_id), {"type": "generation.stop", "message": message_id}
-        )
+        # To the process streaming it, whichever socket started it; a dead owner's stream ends here.
+        await generation.send_control(reply, "stop")
 
     async def on_attach(self, fields: dict) -> None:
         conversation_id = parse_id(fields, "conversation")
         if not await Conversation.objects.owned_by(self.user).filter(pk=conversation_id).aexists():
             raise ChatError("not_found", "No such conversation.")
         await self.watch(conversation_id)
-        streaming = await Message.objects.streaming().filter(conversation_id=conversation_id).afirst()
+        streaming = (
+            await Message.objects.streaming().filter(conversation_id=conversation_id).select_related("worker").afirst()
+        )
         if streaming is None:
             await self.send(text_data=frame(type="attached", conversation=conversation_id, message=None))
             return
         self.attaching[streaming.pk] = None
         await self.send(text_data=frame(type="attached", conversation=conversation_id, message=streaming.pk))
-        await self.channel_layer.group_send(
-            control_group(conversation_id),
-            {"type": "generation.snapshot", "message": streaming.pk, "reply_to": self.channel_name},
-        )
+        # A live owner answers with a snapshot; a dead one's stream is ended now and its `done`
+        # (with the saved text as the snapshot, see chat_done) arrives through the group.
+        await generation.send_control(streaming, "snapshot", reply_to=self.channel_name)
 
     async def _own_reply(self, message_id: int) -> Message:
-        reply = await Message.objects.filter(
-            pk=message_id, role=Message.Role.ASSISTANT, conversation__owner=self.user
-        ).afirst()
+        reply = (
+            await Message.objects.filter(pk=message_id, role=Message.Role.ASSISTANT, conversation__owner=self.user)
+            .select_related("worker")
+            .afirst()
+        )
         if reply is None:
             raise ChatError("not_found", "No such message.")
         return reply
