@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 from typing import Any
 
@@ -22,6 +23,11 @@ NUMBER_PARAMS = {
     "frequency_penalty": (-2.0, 2.0),
 }
 MAX_TOKENS_LIMIT = 1_000_000
+# An attaching socket waits this long for the owner's snapshot, then shows the saved text:
+# an owner killed a moment ago still holds its lease but will never answer.
+SNAPSHOT_WAIT = 3.0
+# attaching[reply] when the snapshot came from the database: no delta lines up with it.
+FROM_DATABASE = -1
 
 
 def _is_int(value: Any) -> bool:
@@ -94,6 +100,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         self.watching: set[int] = set()
         # reply id -> seq of the snapshot this socket got (None: waiting for it)
         self.attaching: dict[int, int | None] = {}
+        self.waits: set[asyncio.Task] = set()
         await self.accept()
         await generation.ensure_started()
 
@@ -106,6 +113,8 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             await super().dispatch(message)
 
     async def disconnect(self, code: int) -> None:
+        for wait in getattr(self, "waits", ()):
+            wait.cancel()
         for conversation_id in getattr(self, "watching", ()):
             await self.channel_layer.group_discard(conversation_group(conversation_id), self.channel_name)
 
@@ -221,7 +230,24 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         await self.send(text_data=frame(type="attached", conversation=conversation_id, message=streaming.pk))
         # A live owner answers with a snapshot; a dead one's stream is ended now and its `done`
         # (with the saved text as the snapshot, see chat_done) arrives through the group.
-        await generation.send_control(streaming, "snapshot", reply_to=self.channel_name)
+        if await generation.send_control(streaming, "snapshot", reply_to=self.channel_name):
+            wait = asyncio.create_task(self.snapshot_from_database(streaming.pk))
+            self.waits.add(wait)
+            wait.add_done_callback(self.waits.discard)
+
+    async def snapshot_from_database(self, message_id: int) -> None:
+        """If the owner does not answer in time, the saved text; its own snapshot still replaces it."""
+        await asyncio.sleep(SNAPSHOT_WAIT)
+        if self.attaching.get(message_id, FROM_DATABASE) is not None:
+            return
+        reply = await Message.objects.aget(pk=message_id)
+        if self.attaching.get(message_id, FROM_DATABASE) is None:
+            self.attaching[message_id] = FROM_DATABASE
+            await self.send(
+                text_data=snapshot_frame(
+                    reply.conversation_id, reply.pk, reply.content, reply.reasoning, reply.status, reply.model, None
+                )
+            )
 
     async def _own_reply(self, message_id: int) -> Message:
         reply = (
@@ -241,19 +267,19 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
     async def chat_delta(self, event: dict) -> None:
         if event["message"] in self.attaching:
             seen = self.attaching[event["message"]]
-            if seen is None or event["seq"] <= seen:
-                return  # the snapshot carries it
+            if seen is None or seen == FROM_DATABASE or event["seq"] <= seen:
+                return  # the snapshot carries it (or the owner's snapshot will)
         await self.send(text_data=event["text"])
 
     async def chat_snapshot(self, event: dict) -> None:
-        if event["message"] in self.attaching and self.attaching[event["message"]] is None:
+        if event["message"] in self.attaching and self.attaching[event["message"]] in (None, FROM_DATABASE):
             self.attaching[event["message"]] = event["seq"]
             await self.send(text_data=event["text"])
 
     async def chat_done(self, event: dict) -> None:
         message_id = event["message"]
-        if message_id in self.attaching and self.attaching.pop(message_id) is None:
-            # The stream ended before its snapshot reached us: the saved text is final.
+        if message_id in self.attaching and self.attaching.pop(message_id) in (None, FROM_DATABASE):
+            # The stream ended before the owner's snapshot reached us: the saved text is final.
             reply = await Message.objects.aget(pk=message_id)
             await self.send(
                 text_data=snapshot_frame(
