@@ -115,6 +115,9 @@ REDIS_PREFIX = env("REDIS_PREFIX", "chat")
 # Group memberships of a crashed process expire after this; live ones are renewed (chat/layers.py).
 REDIS_GROUP_EXPIRY = env_number("REDIS_GROUP_EXPIRY", 300)
 if REDIS_URL:
+    from redis.asyncio.retry import Retry
+    from redis.backoff import ExponentialBackoff
+
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "chat.layers.RedisChannelLayer",
@@ -129,6 +132,8 @@ if REDIS_URL:
                         "socket_keepalive": True,
                         # a connection idle this long is PINGed before use, so a dead one is replaced
                         "health_check_interval": 10,
+                        # ...and a broken one (Redis restarted) is reconnected instead of failing a socket
+                        "retry": Retry(ExponentialBackoff(cap=1.0, base=0.05), 3),
                     }
                 ],
                 "prefix": REDIS_PREFIX,
