@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import selectors
 import socket
+import struct
 import threading
 
 
@@ -22,10 +23,6 @@ class TcpProxy:
         self._thread = threading.Thread(target=self._serve, name="tcp-proxy", daemon=True)
         self._thread.start()
 
-    def url_for(self, url: str, scheme_port: int) -> str:
-        """The service URL with its port replaced by the proxy's."""
-        return url.replace(f":{scheme_port}/", f":{self.port}/", 1)
-
     def _listen(self) -> None:
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -43,7 +40,7 @@ class TcpProxy:
                 self._listener = None
             for pair in self._pairs:
                 for sock in pair:
-                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\1\0\0\0\0\0\0\0")  # RST
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # reset
                     sock.close()
             self._pairs.clear()
         self._wake_w.send(b"x")
@@ -62,26 +59,31 @@ class TcpProxy:
         self._wake_w.close()
 
     def _serve(self) -> None:
+        selector = selectors.DefaultSelector()
+        selector.register(self._wake_r, selectors.EVENT_READ)
+        watched: set[socket.socket] = set()
         while not self._stopped:
-            selector = selectors.DefaultSelector()
             with self._lock:
-                selector.register(self._wake_r, selectors.EVENT_READ)
+                wanted = {sock for pair in self._pairs for sock in pair}
                 if self._listener is not None:
-                    selector.register(self._listener, selectors.EVENT_READ)
+                    wanted.add(self._listener)
+                for sock in watched - wanted:
+                    selector.unregister(sock)
+                for sock in wanted - watched:
+                    selector.register(sock, selectors.EVENT_READ)
+                watched = wanted
                 peers = {}
                 for a, b in self._pairs:
                     peers[a], peers[b] = b, a
-                for sock in peers:
-                    selector.register(sock, selectors.EVENT_READ)
             for key, _ in selector.select(1.0):
                 sock = key.fileobj
                 if sock is self._wake_r:
                     sock.recv(1024)
                 elif sock is self._listener:
                     self._accept()
-                else:
+                elif sock in peers:
                     self._relay(sock, peers[sock])
-            selector.close()
+        selector.close()
 
     def _accept(self) -> None:
         with self._lock:
