@@ -166,7 +166,7 @@ def test_the_sweep_ends_only_streams_of_dead_processes(alice, transactional_db):
 
 
 @pytest.mark.timeout(240)
-async def test_a_30_second_write_lock_loses_nothing(server, alice, providers, caplog):
+async def test_a_30_second_write_lock_loses_nothing(server, alice, providers):
     """Another writer holds SQLite's write lock for 30 s while streams run: every answer is stored whole."""
     if not connection.vendor == "sqlite":
         pytest.fail("this test is about SQLite's write lock")
