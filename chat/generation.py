@@ -544,21 +544,26 @@ async def send_control(reply: Message, kind: str, **fields: Any) -> bool:
     A reply whose process is dead is marked interrupted here and now, and its
     watchers get `done`: nobody is left to answer.
     """
+    local = _running.get(reply.pk)
+    if local is not None:  # streamed here: no need to go through the layer
+        task = asyncio.create_task(_handle(local, control_request(kind, reply.pk, **fields)))
+        _tasks.add(task)
+        task.add_done_callback(_tasks.discard)
+        return True
     worker = reply.worker
-    process = _process if _process is not None and _process.loop is asyncio.get_running_loop() else None
-    if worker is None or (process is not None and worker.pk == process.worker_id):
-        channel = process.channel if process is not None else None
-    elif worker.is_alive(lease()):
-        channel = worker.channel
-    else:
-        channel = None
-    if channel is None:
-        stale_after = lease() if worker is not None else None  # no worker: nobody can renew it
-        recovered = await database_sync_to_async(Message.objects.recover_orphans)(stale_after, only=reply.pk)
-        await announce_recovered(recovered)
-        return False
-    await get_channel_layer().send(channel, control_request(kind, reply.pk, **fields))
-    return True
+    if worker is not None and worker.is_alive(lease()):
+        process = _process if _process is not None and _process.loop is asyncio.get_running_loop() else None
+        if process is None or worker.pk != process.worker_id:
+            await get_channel_layer().send(worker.channel, control_request(kind, reply.pk, **fields))
+            return True
+        # our own lease, but no such stream here: it has just ended, its `done` is on its way
+        return True
+    if worker is None and settings.REDIS_URL:
+        return True  # a process that could not register its lease: nobody to ask, the sweep cannot tell
+    stale_after = lease() if worker is not None else None  # without Redis, one process: ours
+    recovered = await database_sync_to_async(Message.objects.recover_orphans)(stale_after, only=reply.pk)
+    await announce_recovered(recovered)
+    return False
 
 
 async def _renew_forever(process: Process) -> None:
