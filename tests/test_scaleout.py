@@ -118,10 +118,12 @@ class Tab:
         return frame
 
     async def silent_for(self, seconds: float) -> None:
-        """Nothing arrives for that long, and the socket stays open."""
-        with pytest.raises(asyncio.TimeoutError):
-            received = await self.ws.receive(timeout=seconds)
-            pytest.fail(f"expected silence, got {received}")
+        """Nothing arrives for that long, and the socket stays open (daphne's pings are answered meanwhile)."""
+        # Not ws.receive(timeout=...): aiohttp restarts that timeout after each ping it answers.
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(seconds):
+                received = await self.ws.receive()
+                pytest.fail(f"expected silence, got {received}")
         assert not self.ws.closed
 
 
