@@ -320,3 +320,27 @@ async def test_a_postgresql_outage_mid_stream_loses_nothing(cluster):
     log = first.output() + second.output()
     assert "cannot save the partial answer" in log and "final save failed" in log
     assert "final save landed after" in log
+
+
+async def test_api_stream_cap_holds_for_simultaneous_requests_to_both_processes(cluster):
+    """Twelve requests at once, six to each process: the user's row lock lets exactly API_MAX_STREAMS (8) in."""
+    first, second = cluster
+    token = await asyncio.to_thread(create_token, first.database_url)
+    request = {"model": MODELS["i14"], "stream": True, "messages": [{"role": "user", "content": SLOW}]}
+    async with httpx.AsyncClient(timeout=30, headers={"Authorization": f"Bearer {token}"}) as client:
+        opened = [
+            client.stream("POST", server.url + "/v1/chat/completions", json=request) for server in (first, second) * 6
+        ]
+        responses = await asyncio.gather(*(stream.__aenter__() for stream in opened))
+        statuses = sorted(response.status_code for response in responses)
+        for stream in opened:
+            await stream.__aexit__(None, None, None)
+    assert statuses == [200] * 8 + [429] * 4
+
+
+def create_token(database_url: str) -> str:
+    env = {**os.environ, "DATABASE_URL": database_url}
+    made = subprocess.run(
+        [sys.executable, "manage.py", "createtoken", "carol"], cwd=ROOT, env=env, check=True, capture_output=True
+    )
+    return made.stdout.decode().strip().splitlines()[-1]
