@@ -208,5 +208,8 @@ CHAT_ORPHAN_AFTER = env_number("CHAT_ORPHAN_AFTER", 60.0, float)
 API_HEARTBEAT_SECONDS = env_number("API_HEARTBEAT_SECONDS", 15.0, float)
 API_STORE_CONVERSATIONS = env_bool("API_STORE_CONVERSATIONS", False)
 
+# An open socket re-reads its session before a send/regenerate/edit at most this often, seconds.
+CHAT_SESSION_CHECK_SECONDS = env_number("CHAT_SESSION_CHECK_SECONDS", 5.0, float)
+
 if not 0 < CHAT_COALESCE_MS <= 30:
     raise ImproperlyConfigured("CHAT_COALESCE_MS must be between 1 and 30")
