@@ -127,6 +127,18 @@ def test_sign_in_through_the_form_and_a_wrong_password_is_refused(new_page, alic
     expect(page).to_have_url(re.compile(r"/accounts/login/\?next=/$"))
 
 
+def test_signing_out_in_another_tab_sends_this_tab_to_the_sign_in_page(new_page, alice, providers):
+    page = new_page(alice)
+    open_chat(page)
+    other = page.context.new_page()  # a second tab of the same browser: the same session
+    open_chat(other)
+    other.get_by_role("button", name="Sign out").click()
+    expect(other).to_have_url(re.compile(r"/accounts/login/$"))
+    # The first tab's socket is closed with 4401 and the page goes to sign in, to come back where it was.
+    expect(page).to_have_url(re.compile(r"/accounts/login/\?next=%2F$"))
+    expect(page.get_by_role("heading", name="Sign in")).to_be_visible()
+
+
 def test_change_password(new_page, alice, providers):
     page = new_page(alice)
     open_chat(page)
