@@ -18,7 +18,7 @@ from django.conf import settings
 from django.contrib.auth import get_user, get_user_model
 from django.contrib.auth.signals import user_logged_out
 from django.db import transaction
-from django.db.models.signals import post_save, pre_save
+from django.db.models.signals import post_delete, post_save, pre_save
 
 log = logging.getLogger(__name__)
 
@@ -79,9 +79,14 @@ def on_user_saved(sender, instance, created, **kwargs) -> None:
         notify_user(instance.pk)
 
 
+def on_user_deleted(sender, instance, **kwargs) -> None:
+    notify_user(instance.pk)
+
+
 def connect_signals() -> None:
     """Called once from ChatConfig.ready()."""
     user_model = get_user_model()
     user_logged_out.connect(on_logged_out, dispatch_uid="chat.sessions.logged_out")
     pre_save.connect(remember_auth_fields, sender=user_model, dispatch_uid="chat.sessions.pre_save")
     post_save.connect(on_user_saved, sender=user_model, dispatch_uid="chat.sessions.post_save")
+    post_delete.connect(on_user_deleted, sender=user_model, dispatch_uid="chat.sessions.post_delete")

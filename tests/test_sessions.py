@@ -63,6 +63,13 @@ class Browser:
 
 
 @pytest.fixture
+def fresh(live):
+    """The server restarted: the test database's content types were made anew since it cached theirs,
+    and the admin's log entry of a change points at one."""
+    live.restart()
+
+
+@pytest.fixture
 async def browsers(live):
     """browser(user): a new session of `user` on the live server."""
     made: list[Browser] = []
@@ -158,7 +165,7 @@ async def test_a_password_change_closes_the_other_sessions_sockets_and_keeps_the
     assert (await changing.http.get("/")).status_code == 200
 
 
-async def test_deactivating_a_user_in_the_admin_closes_all_their_sockets(browsers, alice, django_user_model):
+async def test_deactivating_a_user_in_the_admin_closes_all_their_sockets(fresh, browsers, alice, django_user_model):
     admin = await sync_to_async(django_user_model.objects.create_superuser)("root", password="root-secret-pw")
     first, second = await browsers(alice), await browsers(alice)
     staff = await browsers(admin)
@@ -175,6 +182,16 @@ async def test_deactivating_a_user_in_the_admin_closes_all_their_sockets(browser
         assert saved.status_code == 302, saved.text
         assert await close_code(one) == 4401 and await close_code(two) == 4401
     assert not (await django_user_model.objects.aget(pk=alice.pk)).is_active
+
+
+async def test_deleting_a_user_in_the_admin_closes_their_sockets(fresh, browsers, alice, bob, admin_user):
+    staff, other = await browsers(admin_user), await browsers(bob)
+    async with (await browsers(alice)).socket() as ws, other.socket() as bobs:
+        assert await still_open(ws)
+        assert (await staff.http.get(f"/admin/auth/user/{alice.pk}/delete/")).status_code == 200
+        assert (await staff.post(f"/admin/auth/user/{alice.pk}/delete/", post="yes")).status_code == 302
+        assert await close_code(ws) == 4401
+        assert await still_open(bobs)
 
 
 @pytest.mark.parametrize("frame_type", ["send", "regenerate", "edit"])
