@@ -92,7 +92,10 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             settings.CHAT_FRAME_RATE, settings.CHAT_FRAME_BURST, asyncio.get_running_loop().time()
         )
         self.closing = False
-        await self.channel_layer.group_add(sessions.user_group(user.pk), self.channel_name)
+        try:
+            await self.channel_layer.group_add(sessions.user_group(user.pk), self.channel_name)
+        except Exception as exc:  # the socket still works; the per-frame session check still holds
+            log.warning("could not add a socket of user %s to its user group: %r", user.pk, exc)
         await self.accept()
         generation.ensure_sweeper()
 
@@ -106,7 +109,10 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
 
     async def disconnect(self, code: int) -> None:
         if hasattr(self, "user"):
-            await self.channel_layer.group_discard(sessions.user_group(self.user.pk), self.channel_name)
+            try:
+                await self.channel_layer.group_discard(sessions.user_group(self.user.pk), self.channel_name)
+            except Exception as exc:  # the membership expires with the layer's group expiry
+                log.warning("could not remove a socket of user %s from its user group: %r", self.user.pk, exc)
         for conversation_id in getattr(self, "watching", ()):
             await self.channel_layer.group_discard(conversation_group(conversation_id), self.channel_name)
 

@@ -295,3 +295,42 @@ def proxied(django_db_setup, django_db_blocker):
 async def test_behind_a_tls_proxy_and_trusted_origins(proxied, cookie, origin, forwarded_proto, status):
     headers = {"X-Forwarded-Proto": forwarded_proto} if forwarded_proto else {}
     assert await handshake(proxied.url, cookie, origin, host="chat.example.com", **headers) == status
+
+
+# --- failures of the layer or the database ---------------------------------------------
+
+
+async def test_a_channel_layer_error_at_connect_leaves_a_working_socket(connect, alice, monkeypatch, caplog):
+    from channels.layers import get_channel_layer
+
+    layer = get_channel_layer()
+    group_add = layer.group_add
+
+    async def failing_for_user_groups(group, channel):
+        if group.startswith("chat.user."):
+            raise ConnectionError("the layer is down")
+        return await group_add(group, channel)
+
+    monkeypatch.setattr(layer, "group_add", failing_for_user_groups)
+    accepted, _, socket = await connect(alice)
+    assert accepted
+    await socket.send(type="attach", conversation=424242)
+    assert (await socket.receive())["code"] == "not_found"
+    assert "could not add a socket of user" in caplog.text
+
+
+async def test_a_database_error_while_checking_the_session_does_not_sign_anyone_out(
+    connect, alice, monkeypatch, caplog, settings
+):
+    from chat import sessions
+
+    settings.CHAT_SESSION_CHECK_SECONDS = 0
+
+    def broken(*args):
+        raise ConnectionError("the database is down")
+
+    monkeypatch.setattr(sessions, "session_is_valid", broken)
+    _, _, socket = await connect(alice)
+    await socket.send(type="send", conversation=424242, content="hi")
+    assert (await socket.receive())["code"] == "not_found"  # the frame went on to its own checks
+    assert "could not check the session" in caplog.text
