@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
 from contextlib import AsyncExitStack
 from datetime import timedelta
 
@@ -22,6 +23,15 @@ log = logging.getLogger(__name__)
 
 # Passed on from the upstream's response to the client's.
 PASSED_HEADERS = ("x-request-id", "retry-after")
+
+# The streams this process is relaying, for ending them at shutdown.
+_relays: weakref.WeakSet[Relay] = weakref.WeakSet()
+
+
+def interrupt_streams(reason: str) -> None:
+    """End every running `/v1` stream: each client gets an error event and [DONE], each is metered."""
+    for relay in list(_relays):
+        relay.interrupt(reason)
 
 
 def openai_error(status: int, message: str, type: str, code: str | None = None) -> HttpResponse:
@@ -82,11 +92,13 @@ async def chat_completions(request):
     payload, wants_usage = upstream_body(body, entry.model, settings.UPSTREAM_MAX_TOKENS)
     meter = Meter(token, entry, body)
     if body.get("stream"):
-        return await stream_completion(meter, payload, wants_usage)
+        flow = getattr(request, "scope", {}).get("extensions", {}).get("chatsite.flow")
+        return await stream_completion(meter, payload, wants_usage, flow)
     return await complete(meter, payload)
 
 
-async def stream_completion(meter: Meter, payload: dict, wants_usage: bool) -> HttpResponse:
+async def stream_completion(meter: Meter, payload: dict, wants_usage: bool, flow=None) -> HttpResponse:
+    """Relay the upstream's stream; `flow` (chatsite.server's scope extension) says if the server cut the client."""
     provider = meter.entry.provider
     cleanup = AsyncExitStack()
     opening = cleanup.enter_async_context(
@@ -97,25 +109,31 @@ async def stream_completion(meter: Meter, payload: dict, wants_usage: bool) -> H
         return refused
     meter.state.request_id = stream.request_id or ""
     relay = Relay(stream, meter.state, forward_usage=wants_usage, heartbeat=settings.API_HEARTBEAT_SECONDS)
+    _relays.add(relay)
 
     async def body():
         try:
             async for data in relay:
                 yield data
             await meter.record(relay.status, relay.error)
-        except asyncio.CancelledError:
-            # The client went away: close the upstream now, still meter what was generated.
-            await cleanup.aclose()
-            await meter.record("stopped", "the client disconnected")
-            raise
         finally:
+            # Unfinished: the client went away (cancelled while awaiting, or closed at a yield
+            # or in a send held by flow control). Close the upstream now, still meter it.
             await cleanup.aclose()
+            if not meter.recorded:
+                await meter.record("stopped", disconnect_reason(flow))
 
     response = SSEResponse(body(), cleanup, content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"
     copy_headers(stream.response.headers, response)
     return response
+
+
+def disconnect_reason(flow) -> str:
+    if flow is not None and flow.slow_cut:
+        return f"the client did not read the stream for {settings.API_SLOW_CLIENT_SECONDS:g} s and was disconnected"
+    return "the client disconnected"
 
 
 async def complete(meter: Meter, payload: dict) -> HttpResponse:

@@ -385,3 +385,18 @@ def ensure_sweeper() -> None:
     loop = asyncio.get_running_loop()
     if loop not in _sweepers:
         _sweepers[loop] = loop.create_task(sweep_orphans_forever(), name="orphan-sweeper")
+
+
+# --- shutdown -----------------------------------------------------------------
+
+
+def running() -> list[asyncio.Task]:
+    """The generations this process is running."""
+    return list(_tasks)
+
+
+async def shutdown() -> None:
+    """End every running generation as interrupted: text, usage and the `done` frames saved and sent."""
+    for task in list(_tasks):
+        task.cancel()
+    await wait_all()
