@@ -203,7 +203,15 @@ class ChatServer(Server):
 
     def kill_all_applications(self):
         """At reactor shutdown (SIGTERM): the graceful stop instead of cancelling everything at once."""
-        return defer.Deferred.fromFuture(asyncio.ensure_future(self.shutdown()))
+        return defer.Deferred.fromFuture(asyncio.ensure_future(self._shutdown_logged()))
+
+    async def _shutdown_logged(self) -> None:
+        # daphne sends Twisted's log (where a failed trigger would be reported) nowhere.
+        try:
+            await self.shutdown()
+        except BaseException:
+            log.exception("the graceful shutdown failed")
+            raise
 
     async def shutdown(self) -> None:
         from chat.apps import close_clients, end_streams, running_streams
@@ -221,10 +229,13 @@ class ChatServer(Server):
             log.exception("could not end every stream cleanly")
         if self.connections:
             await asyncio.sleep(SETTLE_SECONDS)  # for the `done` frames to reach the sockets
+        closing = []
         for protocol in list(self.connections):
             if isinstance(protocol, WebSocketProtocol) and protocol.state == WebSocketProtocol.STATE_OPEN:
-                protocol.sendClose(code=RESTART_CLOSE_CODE, reason="The server is restarting.")
-        await self._wait_for(self._http_running, UNWIND_SECONDS)
+                # sendClose() allows only 1000 and 3000-4999; 1012 is the registered "service restart".
+                protocol.sendCloseFrame(code=RESTART_CLOSE_CODE, reasonUtf8=b"The server is restarting.")
+                closing.append(defer.Deferred.asFuture(protocol.is_closed, asyncio.get_running_loop()))
+        await self._wait_for(lambda: self._http_running() + [c for c in closing if not c.done()], UNWIND_SECONDS)
         for protocol in list(self.connections):
             # A client too slow to take its last events: cut it, its usage is written as it unwinds.
             if isinstance(protocol, WebRequest) and protocol.transport is not None:
@@ -238,6 +249,7 @@ class ChatServer(Server):
             instance.cancel()
         await asyncio.gather(*remaining, return_exceptions=True)
         await close_clients()
+        log.info("stopped: every stream ended")
 
     @staticmethod
     async def _wait_for(tasks, seconds: float) -> bool:

@@ -104,6 +104,7 @@ async def test_sigterm_ends_streams_left_after_the_grace_and_exits_cleanly(alice
         output = server.output()
     finally:
         await sync_to_async(server.stop)()
+    open("/tmp/flow/out.log", "w").write(output)
     assert exit_code == 0, output
     assert not any(sign in output for sign in CRASH_SIGNS), output
     # The streams went on through the grace, then ended with an error event and [DONE].
@@ -114,7 +115,7 @@ async def test_sigterm_ends_streams_left_after_the_grace_and_exits_cleanly(alice
     assert error["code"] == "server_shutdown" and "server stopped" in error["message"]
     assert frames[-1]["status"] == "interrupted" and "server stopped" in frames[-1]["error"]
     assert time.monotonic() - stopped_at >= 1
-    assert closing.type == aiohttp.WSMsgType.CLOSE and closing.data == 1012
+    assert closing.type == aiohttp.WSMsgType.CLOSE and closing.data == 1012, (closing, tab.close_code, output)
     reply = await Message.objects.aget(pk=frames[0]["message"])
     assert reply.status == "interrupted" and reply.content
     usages = [usage async for usage in Usage.objects.order_by("source")]
