@@ -60,18 +60,27 @@ async def authenticate(request) -> ApiToken | None:
 
 
 class SSEResponse(StreamingHttpResponse):
-    """A stream whose upstream is closed even if the client leaves before the first byte."""
+    """A stream whose upstream is closed (and metered) even if the client leaves before the first byte."""
 
     def __init__(self, relay, cleanup: AsyncExitStack, *args, **kwargs) -> None:
         super().__init__(relay, *args, **kwargs)
+        self._body = relay
         self._cleanup = cleanup
         self._loop = asyncio.get_running_loop()
 
     def close(self) -> None:
         # Django calls close() from a worker thread; the upstream belongs to the event loop.
-        # Closing an already closed stack does nothing.
-        self._loop.call_soon_threadsafe(self._loop.create_task, self._cleanup.aclose())
+        self._loop.call_soon_threadsafe(self._loop.create_task, self._close_body())
         super().close()
+
+    async def _close_body(self) -> None:
+        # Django closes only its own wrapper around our generator: a client cut while a send
+        # was held (flow control) would leave ours suspended, unmetered, until garbage collected.
+        # Closing a finished generator or an already closed stack does nothing.
+        try:
+            await self._body.aclose()
+        finally:
+            await self._cleanup.aclose()
 
 
 @csrf_exempt
