@@ -9,7 +9,8 @@ Start it as daphne (same options): `python -m chatsite.server -b 127.0.0.1 -p 80
   queue fills and the upstream read pauses. A client that stays behind for
   API_SLOW_CLIENT_SECONDS is disconnected; the view learns why from the scope's
   `chatsite.flow` extension. A websocket `send` never waits (one slow tab must not slow
-  a stream others watch); a socket whose buffer stays over FLOW_HIGH_WATER for
+  a stream others watch); a socket whose unsent bytes (Twisted's buffer and the kernel's
+  send queue) stay over FLOW_HIGH_WATER for
   CHAT_SLOW_CLIENT_SECONDS, or ever exceeds WEBSOCKET_MAX_BUFFER, is closed with 4008.
 * Request bodies. twisted.web buffers a whole request body (in memory, then in a temp
   file) before daphne hands it over. Bodies over Django's DATA_UPLOAD_MAX_MEMORY_SIZE are
@@ -28,8 +29,11 @@ Start it as daphne (same options): `python -m chatsite.server -b 127.0.0.1 -p 80
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import logging
+import struct
 import sys
+import termios
 import time
 
 from daphne.cli import CommandLineInterface  # installs the asyncio reactor first
@@ -41,8 +45,9 @@ from twisted.internet import defer, reactor
 log = logging.getLogger("chatsite.server")
 
 # Bytes waiting in Twisted's send buffer (on top of the kernel's socket buffer) above which
-# a client counts as behind: an HTTP body send waits, a websocket's slow-client clock runs.
-FLOW_HIGH_WATER = 256 * 1024
+# a client counts as behind (Twisted pauses its own producers at this size too): an HTTP body
+# send waits, a websocket's slow-client clock runs.
+FLOW_HIGH_WATER = 64 * 1024
 # A websocket whose unsent frames pass this is closed at once, whatever its clock says.
 WEBSOCKET_MAX_BUFFER = 16 * 1024 * 1024
 # The close code of a websocket closed for not reading (docs/websocket.md).
@@ -63,6 +68,21 @@ def buffered(transport) -> int:
         return 0
     pending = getattr(transport, "dataBuffer", b"")
     return len(pending) - getattr(transport, "offset", 0) + getattr(transport, "_tempDataLen", 0)
+
+
+def unsent(transport) -> int:
+    """Bytes written to a Twisted TCP transport that the client has not yet acknowledged.
+
+    A websocket's frames are small and few (coalesced), so the kernel's send buffer, which
+    Linux grows to megabytes, would hide a client that reads nothing for minutes: its
+    queue (TIOCOUTQ) counts too.
+    """
+    size = buffered(transport)
+    try:
+        queued = fcntl.ioctl(transport.fileno(), termios.TIOCOUTQ, b"\0\0\0\0")
+    except (AttributeError, OSError, ValueError):
+        return size  # not a socket of this kernel's kind (TLS wrapper, closed, not Linux)
+    return size + struct.unpack("i", queued)[0]
 
 
 class Flow:
@@ -185,7 +205,7 @@ class ChatServer(Server):
             await asyncio.sleep(POLL)
 
     def _watch_websocket(self, protocol) -> None:
-        size = buffered(protocol.transport)
+        size = unsent(protocol.transport)
         if size <= FLOW_HIGH_WATER:
             protocol.behind_since = None
             return

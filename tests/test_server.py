@@ -18,7 +18,7 @@ from django.conf import settings
 from django.db import connection
 
 from chat.models import ApiToken, Message, Usage
-from tests.conftest import FAKE_KEY, MODELS, session_cookie
+from tests.conftest import MODELS, session_cookie
 from tests.live import ROOT, LiveServer, database_url
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -104,7 +104,6 @@ async def test_sigterm_ends_streams_left_after_the_grace_and_exits_cleanly(alice
         output = server.output()
     finally:
         await sync_to_async(server.stop)()
-    open("/tmp/flow/out.log", "w").write(output)
     assert exit_code == 0, output
     assert not any(sign in output for sign in CRASH_SIGNS), output
     # The streams went on through the grace, then ended with an error event and [DONE].
@@ -250,8 +249,9 @@ def test_a_v1_client_that_reads_nothing_holds_the_upstream_back_and_is_cut_off(a
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a reader that takes (almost) nothing
         sock.connect(("127.0.0.1", server.port))
-        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                     b"Authorization: Bearer %s\r\nContent-Length: %d\r\n\r\n%s" % (token.encode(), len(body), body))  # fmt: skip
+        head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        head += b"Authorization: Bearer %s\r\nContent-Length: %d\r\n\r\n" % (token.encode(), len(body))
+        sock.sendall(head + body)
         peak = baseline
         deadline = time.monotonic() + 60
         while not Usage.objects.exists() and time.monotonic() < deadline:
@@ -278,9 +278,10 @@ def raw_websocket(server: LiveServer, user) -> socket.socket:
     sock.connect(("127.0.0.1", server.port))
     sock.settimeout(10)
     key = base64.b64encode(os.urandom(16))
+    cookie_header = f"{settings.SESSION_COOKIE_NAME}={cookie}".encode()
     sock.sendall(b"GET /ws/chat/ HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                 b"Sec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\nOrigin: %s\r\nCookie: %s=%s\r\n\r\n"
-                 % (server.port, key, server.url.encode(), settings.SESSION_COOKIE_NAME.encode(), cookie.encode()))  # fmt: skip
+                 b"Sec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\nOrigin: %s\r\nCookie: %s\r\n\r\n"
+                 % (server.port, key, server.url.encode(), cookie_header))  # fmt: skip
     head = b""
     while b"\r\n\r\n" not in head:
         head += sock.recv(1)
@@ -311,10 +312,24 @@ def receive_text(sock: socket.socket) -> dict:
     return orjson.loads(exactly(length))
 
 
+def closed_by_server(sock: socket.socket) -> bool:
+    """Read what is left; whether the server ended the connection (rather than the read timing out)."""
+    sock.settimeout(10)
+    try:
+        while sock.recv(65536):
+            pass
+    except ConnectionResetError:
+        pass
+    except TimeoutError:
+        return False
+    return True
+
+
 async def test_a_websocket_that_reads_nothing_is_closed_and_the_stream_goes_on(alice, providers, fake):
     server = live(CHAT_SLOW_CLIENT_SECONDS="1")
     await sync_to_async(server.start)()
     chunks = 60_000
+    slow = None
     try:
         slow = await sync_to_async(raw_websocket)(server, alice)
         send_text(slow, {"type": "send", "conversation": None, "content": f"[[chunks:{chunks}]]",
@@ -327,10 +342,13 @@ async def test_a_websocket_that_reads_nothing_is_closed_and_the_stream_goes_on(a
             await tab.send_str(orjson.dumps({"type": "attach", "conversation": started["conversation"]}).decode())
             frames = await frames_until(tab, "done", timeout=120)
         output = server.output()
-        slow.close()
+        ended = await sync_to_async(closed_by_server)(slow)
     finally:
+        if slow is not None:
+            slow.close()
         await sync_to_async(server.stop)()
     assert frames[-1]["status"] == "complete"
     reply = await Message.objects.aget(pk=started["message"])
     assert reply.status == "complete" and len(reply.content.split()) == chunks
     assert "closed a websocket to" in output
+    assert ended, "the socket that read nothing was never closed"
