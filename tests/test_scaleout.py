@@ -24,7 +24,7 @@ def cluster(fake_server):
         yield from _cluster(fake_server, database_url, prefix)
 
 
-def _cluster(fake_server, database_url, prefix):
+def _cluster(fake_server, database_url, prefix, **settings):
     env = {
         "DATABASE_URL": database_url,
         "REDIS_URL": REDIS_URL,
@@ -34,6 +34,7 @@ def _cluster(fake_server, database_url, prefix):
         "UPSTREAM_NAME": "i14",
         "UPSTREAM_MODEL": MODELS["i14"],
         "CHAT_ORPHAN_AFTER": "3",
+        **settings,
     }
     setup = {**os.environ, **env, "DJANGO_SUPERUSER_PASSWORD": "carol-secret-pw"}
     for command in (["migrate", "--noinput"], ["createsuperuser", "--noinput", "--username", "carol", "--email", ""]):

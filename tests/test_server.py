@@ -12,6 +12,7 @@ import time
 
 import aiohttp
 import orjson
+import psycopg
 import pytest
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -20,6 +21,7 @@ from django.db import connection
 from chat.models import ApiToken, Message, Usage
 from tests.conftest import MODELS, session_cookie
 from tests.live import ROOT, LiveServer, database_url
+from tests.services import postgres_database, redis_prefix
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -352,3 +354,48 @@ async def test_a_websocket_that_reads_nothing_is_closed_and_the_stream_goes_on(a
     assert reply.status == "complete" and len(reply.content.split()) == chunks
     assert "closed a websocket to" in output
     assert ended, "the socket that read nothing was never closed"
+
+
+# --- graceful shutdown beside another process (PostgreSQL + Redis) ---------------------------
+
+
+def test_sigterm_in_the_multi_process_setup_ends_the_stream_for_watchers_on_the_other_process(fake_server):
+    from tests.test_scaleout import _cluster
+
+    with postgres_database("chat_flow_sigterm") as db_url, redis_prefix("chat_flow_sigterm") as prefix:
+        pair = _cluster(fake_server, db_url, prefix, SHUTDOWN_GRACE_SECONDS="1")
+        first, second = next(pair)
+        try:
+            frames, streamed_on, exit_code, output = asyncio.run(stop_the_owner_while_the_other_watches(first, second))
+        finally:
+            next(pair, None)
+        with psycopg.connect(db_url) as db:
+            status, content = db.execute(
+                "SELECT status, content FROM chat_message WHERE id = %s", [frames[0]["message"]]
+            ).fetchone()
+            (usage_status,) = db.execute("SELECT status FROM chat_usage WHERE message_id = %s",
+                                         [frames[0]["message"]]).fetchone()  # fmt: skip
+    assert exit_code == 0 and not any(sign in output for sign in CRASH_SIGNS), output
+    done = frames[-1]
+    assert streamed_on >= 1, "the stream was ended before the grace was over"
+    assert done["type"] == "done" and done["status"] == "interrupted" and "server stopped" in done["error"]
+    assert status == usage_status == "interrupted"
+    snapshot = next(f for f in frames if f["type"] == "snapshot")
+    assert content == snapshot["content"] + "".join(f.get("content", "") for f in frames if f["type"] == "delta")
+
+
+async def stop_the_owner_while_the_other_watches(first, second):
+    from tests.test_scaleout import Tab, sign_in
+
+    cookie = await asyncio.to_thread(sign_in, first)
+    async with Tab(first, cookie) as tab, Tab(second, cookie) as other:
+        await tab.send(type="send", conversation=None, content="[[delay:20]] [[chunks:3000]]")
+        started = (await tab.until("delta"))[0]
+        await other.send(type="attach", conversation=started["conversation"])
+        frames = [started] + await other.until("snapshot")
+        first.process.terminate()
+        stopped_at = time.monotonic()
+        frames += await other.until("done")
+        streamed_on = time.monotonic() - stopped_at
+        exit_code = await asyncio.to_thread(first.process.wait, 30)
+    return frames, streamed_on, exit_code, first.output()
