@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import models, transaction
 from django.db.models import Count, Q, Sum
 from django.utils import timezone
@@ -41,7 +42,9 @@ def timeouts() -> upstream.Timeouts:
 
 
 def client():
-    return upstream.shared_client(settings.UPSTREAM_MAX_CONNECTIONS)
+    return upstream.shared_client(
+        settings.UPSTREAM_MAX_CONNECTIONS, allow_link_local=settings.UPSTREAM_ALLOW_LINK_LOCAL
+    )
 
 
 # --- providers ----------------------------------------------------------------
@@ -148,6 +151,36 @@ class Provider(models.Model):
     @property
     def is_demo(self) -> bool:
         return self.name == DEMO_PROVIDER and "/_demo/" in self.base_url
+
+    # Set by whoever took the key from a person just now (the admin form), so a key typed
+    # again, even the same one, counts as entered again; never stored.
+    key_entered = False
+
+    def clean(self) -> None:
+        """Refuse link-local and metadata hosts, and a stored key following the base URL to another server."""
+        super().clean()
+        host = upstream.origin(self.base_url)[1]
+        address = upstream.refused_literal(host)
+        if address and not settings.UPSTREAM_ALLOW_LINK_LOCAL:
+            raise ValidationError(
+                {
+                    "base_url": f"{address} is a link-local or cloud metadata address; such upstreams are refused "
+                    "(UPSTREAM_ALLOW_LINK_LOCAL=1 allows them)."
+                }
+            )
+        if self.pk and self.api_key and not self.key_entered:
+            stored = Provider.objects.filter(pk=self.pk).values("base_url", "api_key").first()
+            if (
+                stored
+                and stored["api_key"] == self.api_key
+                and upstream.origin(stored["base_url"]) != upstream.origin(self.base_url)
+            ):
+                raise ValidationError(
+                    {
+                        "api_key": "The base URL now points at another server (its scheme, host or port changed): "
+                        "enter the API key again, so the stored key is not sent there."
+                    }
+                )
 
     async def amodel_ids(self) -> list[str]:
         """This provider's models: the configured list, else GET /models (cached a few minutes)."""

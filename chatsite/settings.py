@@ -2,6 +2,7 @@
 
 import os
 import secrets
+import time
 from pathlib import Path
 
 import dj_database_url
@@ -44,10 +45,20 @@ def _secret_key() -> str:
     if key:
         return key
     path = BASE_DIR / ".secret_key"
-    if not path.exists():
-        path.write_text(secrets.token_urlsafe(50))
-        path.chmod(0o600)
-    return path.read_text().strip()
+    try:
+        # Created with mode 600 in one step: no moment when another user could read it.
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        pass  # made earlier, or just now by another process starting beside this one
+    else:
+        with os.fdopen(fd, "w") as file:
+            file.write(secrets.token_urlsafe(50))
+    for _ in range(100):
+        key = path.read_text().strip()
+        if key:
+            return key
+        time.sleep(0.02)  # another process created it a moment ago and is still writing it
+    raise ImproperlyConfigured(f"{path} is empty: delete it and a new key is generated")
 
 
 SECRET_KEY = _secret_key()
@@ -70,6 +81,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "chatsite.middleware.ContentSecurityPolicyMiddleware",
+    "chatsite.middleware.NoStoreMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -160,6 +172,8 @@ SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 X_FRAME_OPTIONS = "DENY"
 SESSION_COOKIE_HTTPONLY = True
+# The page's scripts take the CSRF token from the page (chat/views.py), never from the cookie.
+CSRF_COOKIE_HTTPONLY = True
 if HTTPS:
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
     SECURE_SSL_REDIRECT = True
@@ -195,6 +209,9 @@ UPSTREAM_READ_TIMEOUT = env_number("UPSTREAM_READ_TIMEOUT", 300.0, float)
 UPSTREAM_DEADLINE = env_number("UPSTREAM_DEADLINE", 1800.0, float)
 UPSTREAM_MAX_CONNECTIONS = env_number("UPSTREAM_MAX_CONNECTIONS", 1000)
 UPSTREAM_MODELS_CACHE_SECONDS = env_number("UPSTREAM_MODELS_CACHE_SECONDS", 300)
+# Link-local and cloud metadata addresses (169.254.0.0/16, fe80::/10, fd00:ec2::254) hand out
+# the machine's cloud credentials: providers there are refused, when saved and when called.
+UPSTREAM_ALLOW_LINK_LOCAL = env_bool("UPSTREAM_ALLOW_LINK_LOCAL", False)
 
 CHAT_MAX_CONTENT_BYTES = env_number("CHAT_MAX_CONTENT_BYTES", 100_000)
 # Deltas are coalesced for this long before one channel-layer message carries them.

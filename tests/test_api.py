@@ -11,7 +11,7 @@ import openai
 import pytest
 from django.core.management import call_command
 
-from chat.models import ApiToken, Conversation, Usage
+from chat.models import ApiToken, Conversation, Provider, Usage
 from tests.conftest import MODELS
 from tests.live import ROOT, LiveServer, database_url
 
@@ -62,7 +62,7 @@ def test_stream_is_the_upstreams_bytes_plus_keep_alive_comments(server, token, p
                                                          stream_options={"include_usage": True}))  # fmt: skip
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/event-stream")
-    assert response.headers["x-accel-buffering"] == "no" and response.headers["cache-control"] == "no-cache"
+    assert response.headers["x-accel-buffering"] == "no" and "no-store" in response.headers["cache-control"]
     received = b"".join(piece for _, piece in pieces)
     assert pieces[0][1].startswith(b": connected\n\n")
     data_events = [e for e in events_of(received) if e.startswith(b"data:")]
@@ -125,6 +125,35 @@ def test_provider_prefix_picks_the_provider(sdk, providers, fake):
     with pytest.raises(openai.NotFoundError):  # the fake api14 does not know the id
         sdk.chat.completions.create(model="api14/shared-model", messages=[{"role": "user", "content": "hi"}])
     assert fake.app.last().dialect == "api14" and fake.app.last().body["model"] == "shared-model"
+
+
+def test_v1_answers_are_never_stored_by_a_cache(server, token, providers):
+    auth = {"Authorization": f"Bearer {token}"}
+    responses = [
+        httpx.get(server.url + "/v1/models", headers=auth),
+        httpx.post(server.url + "/v1/chat/completions", json=message("hi"), headers=auth, timeout=30),
+        httpx.post(server.url + "/v1/chat/completions", json={"model": I14}, headers=auth),  # 400
+        httpx.get(server.url + "/v1/models"),  # 401
+    ]
+    for response in responses:
+        assert response.headers["content-type"].startswith("application/json"), response.text
+        assert "no-store" in response.headers["cache-control"], (response.request.url, response.status_code)
+    assert [r.status_code for r in responses] == [200, 200, 400, 401]
+
+
+def test_a_provider_on_a_link_local_address_is_never_called(server, token, providers):
+    # Saved before the check existed (or by code that skips clean()); fe80::1 on the loopback
+    # interface is link-local, and a packet to it could not leave this machine anyway.
+    Provider.objects.create(
+        name="meta", base_url="http://[fe80::1%lo]:9/v1", api_key="sk-cloud-key", model_list="metadata-model"
+    )
+    auth = {"Authorization": f"Bearer {token}"}
+    for stream in (False, True):
+        body = message("hi", "metadata-model", stream=stream)
+        response = httpx.post(server.url + "/v1/chat/completions", json=body, headers=auth, timeout=30)
+        assert response.status_code == 502
+        error = response.json()["error"]["message"]
+        assert "fe80::1 is link-local or a cloud metadata service, which is refused" in error
 
 
 def test_models_list_is_openai_shaped(sdk):

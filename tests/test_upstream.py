@@ -3,6 +3,7 @@
 import asyncio
 from decimal import Decimal
 
+import httpx
 import orjson
 import pytest
 import pytest_asyncio
@@ -296,3 +297,77 @@ async def test_a_connection_closed_before_any_answer_is_tried_once_more(client):
         for writer in connections:
             writer.close()
         server.close()
+
+
+# --- link-local and metadata addresses ------------------------------------------------
+
+# fe80::1 scoped to the loopback interface: link-local, yet a packet to it can never leave this machine.
+LOOPBACK_LINK_LOCAL = "http://[fe80::1%lo]:9/v1"
+
+
+@pytest.mark.parametrize(
+    "url, address",
+    [
+        ("http://169.254.169.254/latest/meta-data/", "169.254.169.254"),
+        ("http://2852039166/v1", "169.254.169.254"),  # the same address as one number
+        ("http://0xa9.0xfe.0xa9.0xfe/v1", "169.254.169.254"),
+        ("http://[::ffff:169.254.169.254]/v1", "169.254.169.254"),
+        ("http://[fd00:ec2::254]/v1", "fd00:ec2::254"),
+        ("http://[fe80::1%25eth0]:8080/v1", "fe80::1"),
+        ("http://169.254.0.1:8000/v1", "169.254.0.1"),
+    ],
+)
+async def test_guard_refuses_link_local_and_metadata_addresses(url, address):
+    with pytest.raises(UpstreamError) as caught:
+        await upstream.DestinationGuard()(httpx.Request("GET", url))
+    assert caught.value.kind == "connect" and address in str(caught.value) and "link-local" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "url", ["http://127.0.0.1:9/v1", "http://localhost:9/v1", "https://[::1]/v1", "http://10.1.2.3/v1"]
+)
+async def test_guard_lets_other_addresses_through(url):
+    await upstream.DestinationGuard()(httpx.Request("GET", url))
+
+
+async def test_guard_refuses_a_name_that_resolves_to_a_metadata_address(monkeypatch):
+    # No name on this machine resolves to a link-local address, and /etc/hosts is shared: DNS's answer is given here.
+    async def resolve(host, port):
+        return ["93.184.215.14", "169.254.169.254"] if host == "metadata.example" else []
+
+    monkeypatch.setattr(upstream.DestinationGuard, "_resolve", staticmethod(resolve))
+    guard = upstream.DestinationGuard()
+    with pytest.raises(UpstreamError, match=r"169\.254\.169\.254"):
+        await guard(httpx.Request("GET", "https://metadata.example/v1/models"))
+    await guard(httpx.Request("GET", "https://api.example/v1/models"))
+
+
+@pytest.mark.parametrize("transport", ["aiohttp", "httpx"])
+async def test_client_refuses_before_connecting_unless_allowed(transport):
+    payload = upstream.build_payload("m", [{"role": "user", "content": "hi"}])
+    guarded = upstream.make_client(10, transport)
+    try:
+        with pytest.raises(UpstreamError, match="fe80::1 is link-local"):
+            await upstream.list_models(guarded, LOOPBACK_LINK_LOCAL, "sk-secret")
+        with pytest.raises(UpstreamError, match="fe80::1 is link-local"):
+            async with upstream.open_stream(guarded, LOOPBACK_LINK_LOCAL, "sk-secret", payload):
+                pass
+        with pytest.raises(UpstreamError, match="fe80::1 is link-local"):
+            await upstream.post_json(guarded, LOOPBACK_LINK_LOCAL, "sk-secret", payload)
+    finally:
+        await guarded.aclose()
+    allowed = upstream.make_client(10, transport, allow_link_local=True)
+    try:
+        with pytest.raises(UpstreamError) as caught:  # tried, and nothing listens there
+            await upstream.list_models(allowed, LOOPBACK_LINK_LOCAL, "sk-secret", Timeouts(connect=2))
+        assert "link-local" not in str(caught.value)
+    finally:
+        await allowed.aclose()
+
+
+def test_origin_is_scheme_host_and_port():
+    assert upstream.origin("https://API.i14.ai/v1") == upstream.origin("https://api.i14.ai:443/v2/")
+    assert upstream.origin("https://api.i14.ai/v1") != upstream.origin("http://api.i14.ai/v1")
+    assert upstream.origin("https://api.i14.ai/v1") != upstream.origin("https://api.i14.ai:8443/v1")
+    assert upstream.origin("https://api.i14.ai/v1") != upstream.origin("https://api.i14.ai.evil.example/v1")
+    assert upstream.origin("http://[::1]:8000/v1") == ("http", "::1", 8000)

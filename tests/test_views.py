@@ -48,6 +48,20 @@ def test_page_carries_its_config_and_a_strict_csp(alice_client, chats):
     assert b'id="chat-config"' in response.content
 
 
+def test_json_answers_are_never_stored_by_a_cache(alice_client, chats):
+    url = f"/api/conversations/{chats[0].pk}"
+    responses = [
+        alice_client.get("/api/conversations"),
+        alice_client.get(url),
+        alice_client.patch(url, json.dumps({"title": "Sea"}), content_type="application/json"),
+        alice_client.patch(url, "{not json", content_type="application/json"),  # an error is JSON too
+        Client().get("/api/models"),  # 401
+    ]
+    for response in responses:
+        assert response["Content-Type"] == "application/json"
+        assert "no-store" in response["Cache-Control"], response.request["PATH_INFO"]
+
+
 def test_another_users_conversation_page_is_404(alice_client, chats):
     assert alice_client.get(f"/c/{chats[2].pk}/").status_code == 404
     assert alice_client.get("/c/999999/").status_code == 404
