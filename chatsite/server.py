@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import logging
+import signal
 import struct
 import sys
 import termios
@@ -241,8 +242,9 @@ class ChatServer(Server):
             port.stopListening()
         if not self.bind_failed:
             log.info("stopping: no new connections; waiting up to %g s for running streams", self.grace)
-            if await self._wait_for(lambda: self._http_running() + running_streams(), self.grace):
-                log.warning("ending the streams still running after %g s as interrupted", self.grace)
+            hurry = self._hurry_on_a_second_signal()
+            if await self._wait_for(lambda: self._http_running() + running_streams(), self.grace, hurry):
+                log.warning("ending the streams still running as interrupted")
         try:
             await end_streams("The server stopped while this answer was streaming.")
         except Exception:
@@ -272,12 +274,32 @@ class ChatServer(Server):
         log.info("stopped: every stream ended")
 
     @staticmethod
-    async def _wait_for(tasks, seconds: float) -> bool:
-        """Wait until tasks() is empty or the seconds pass; whether some were still running."""
+    async def _wait_for(tasks, seconds: float, hurry: asyncio.Future | None = None) -> bool:
+        """Wait until tasks() is empty, the seconds pass or `hurry` is done; whether some were still running."""
         deadline = time.monotonic() + seconds
         while (running := tasks()) and (left := deadline - time.monotonic()) > 0:
-            await asyncio.wait(running, timeout=left)
+            if hurry is not None and hurry.done():
+                break
+            waited = [*running, hurry] if hurry is not None else running
+            await asyncio.wait(waited, timeout=left, return_when=asyncio.FIRST_COMPLETED)
         return bool(tasks())
+
+    @staticmethod
+    def _hurry_on_a_second_signal() -> asyncio.Future:
+        """A future done when SIGTERM or SIGINT comes again: Ctrl-C twice skips the rest of the grace."""
+        loop = asyncio.get_running_loop()
+        hurry = loop.create_future()
+
+        def handler(signum, frame) -> None:
+            log.warning("stop signal again: ending the running streams now")
+            loop.call_soon_threadsafe(lambda: hurry.done() or hurry.set_result(None))
+
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            try:
+                signal.signal(signum, handler)
+            except ValueError:  # not the main thread (embedded): no second-signal shortcut
+                pass
+        return hurry
 
     def _http_running(self) -> list:
         return [
