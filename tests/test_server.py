@@ -11,6 +11,7 @@ import sys
 import time
 
 import aiohttp
+import httpx
 import orjson
 import psycopg
 import pytest
@@ -162,6 +163,28 @@ async def test_sigterm_lets_streams_finish_inside_the_grace_and_refuses_new_conn
     assert frames[-1]["status"] == "complete"
     usages = [usage async for usage in Usage.objects.order_by("source")]
     assert [(u.source, u.status) for u in usages] == [("api", "complete"), ("chat", "complete")]
+
+
+def test_a_second_sigterm_ends_the_streams_without_waiting_for_the_grace(alice, providers, fake):
+    token = ApiToken.issue(alice, "tests")[1]
+    body = api_request(token, "[[delay:20]] [[chunks:3000]]")
+    with live(SHUTDOWN_GRACE_SECONDS="600") as server:
+        with httpx.stream("POST", server.url + "/v1/chat/completions", json=body,
+                          headers={"Authorization": f"Bearer {token}"}, timeout=30) as response:  # fmt: skip
+            lines = response.iter_lines()
+            while "content" not in next(lines):
+                pass
+            server.process.terminate()
+            deadline = time.monotonic() + 30
+            while "stopping: no new connections" not in server.output() and time.monotonic() < deadline:
+                time.sleep(0.05)  # the log line is the only sign that the first signal was handled
+            server.process.terminate()
+            rest = [line for line in lines if line.startswith("data:")]
+        exit_code = server.process.wait(30)
+        output = server.output()
+    assert exit_code == 0 and "stop signal again" in output, output
+    assert rest[-1] == "data: [DONE]" and orjson.loads(rest[-2][len("data: ") :])["error"]["code"] == "server_shutdown"
+    assert Usage.objects.get().status == "interrupted"
 
 
 def test_a_port_already_taken_ends_the_server_with_an_error(tmp_path):
