@@ -129,7 +129,9 @@ async def stream_completion(meter: Meter, payload: dict, wants_usage: bool, flow
             # Unfinished: the client went away (cancelled while awaiting, or closed at a yield
             # or in a send held by flow control). Close the upstream now, still meter it.
             await cleanup.aclose()
-            if not meter.recorded:
+            if not meter.recorded and relay.interruption is not None:
+                await meter.record(relay.status, relay.error)  # ended at shutdown, then cut unread
+            elif not meter.recorded:
                 await meter.record("stopped", disconnect_reason(flow))
 
     response = SSEResponse(body(), cleanup, content_type="text/event-stream")

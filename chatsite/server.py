@@ -131,6 +131,8 @@ class LimitedRequest(WebRequest):
         )
         # The rest of the body is never read: the connection ends once the answer is out.
         self.channel.loseConnection()
+        # Twisted would answer `Expect: 100-continue` right after this (curl sends it for big bodies).
+        self.requestHeaders.removeHeader(b"Expect")
 
 
 class ChatServer(Server):

@@ -234,6 +234,14 @@ def test_a_body_declared_too_large_is_refused_before_it_is_sent(small_bodies):
     assert b"larger than 100000 bytes" in answer
 
 
+def test_a_body_too_large_for_expect_continue_gets_only_the_413(small_bodies):
+    with socket.create_connection(("127.0.0.1", small_bodies.port), timeout=10) as sock:
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nExpect: 100-continue\r\n"
+                     b"Content-Length: 300000000\r\n\r\n")  # fmt: skip
+        answer = read_answer(sock)
+    assert answer.startswith(b"HTTP/1.1 413 ") and b"100 Continue" not in answer
+
+
 def test_a_chunked_body_is_cut_off_once_it_passes_the_limit(small_bodies):
     rss_before = rss(small_bodies.process.pid)
     chunk = b"x" * 65536
