@@ -18,7 +18,7 @@ class ProviderForm(forms.ModelForm):
 
     class Meta:
         model = Provider
-        fields = ["name", "base_url", "api_key", "default_model", "model_list", "enabled"]
+        fields = ["name", "base_url", "api_key", "default_model", "model_list", "max_connections", "enabled"]
 
     def clean_api_key(self):
         key = self.cleaned_data["api_key"]
@@ -30,7 +30,7 @@ class ProviderForm(forms.ModelForm):
 @admin.register(Provider)
 class ProviderAdmin(admin.ModelAdmin):
     form = ProviderForm
-    list_display = ["name", "base_url", "default_model", "enabled", "has_key", "updated"]
+    list_display = ["name", "base_url", "default_model", "max_connections", "enabled", "has_key", "updated"]
     list_filter = ["enabled"]
     search_fields = ["name", "base_url"]
 

@@ -38,7 +38,25 @@ def timeouts() -> upstream.Timeouts:
         connect=settings.UPSTREAM_CONNECT_TIMEOUT,
         read=settings.UPSTREAM_READ_TIMEOUT,
         deadline=settings.UPSTREAM_DEADLINE,
+        first_byte=settings.UPSTREAM_FIRST_BYTE_TIMEOUT,
     )
+
+
+def stream_state(started_at: float, api_key: str = "") -> upstream.StreamState:
+    """A stream's accumulator with this install's limits (reply size, unreadable events)."""
+    return upstream.StreamState(
+        started_at=started_at,
+        max_reply=settings.CHAT_MAX_REPLY_BYTES,
+        max_malformed=settings.UPSTREAM_MAX_MALFORMED,
+        secrets=(api_key,) if api_key else (),
+    )
+
+
+def fit(model: type[models.Model], field: str, value: str | None) -> str:
+    """An upstream-derived string cut to its column (PostgreSQL refuses longer ones)."""
+    limit = model._meta.get_field(field).max_length
+    value = value or ""
+    return value[:limit] if limit is not None else value
 
 
 def client():
@@ -137,6 +155,13 @@ class Provider(models.Model):
         "models", blank=True, help_text="One model id per line. Empty: ask the upstream's GET /models."
     )
     enabled = models.BooleanField(default=True)
+    max_connections = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="Upstream connections this provider may hold at once, per server process, so a slow "
+        "provider cannot take every connection. Empty: UPSTREAM_PROVIDER_MAX_CONNECTIONS "
+        "(half of UPSTREAM_MAX_CONNECTIONS).",
+    )
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
 
@@ -193,6 +218,9 @@ class Provider(models.Model):
         ttl = settings.UPSTREAM_MODELS_CACHE_SECONDS
         try:
             ids = await upstream.list_models(client(), self.base_url, self.api_key, timeouts())
+            # An id too long for the model columns (stored as name/id) could never be saved.
+            longest = Conversation._meta.get_field("model").max_length - len(self.name) - 1
+            ids = [model_id for model_id in ids if len(model_id) <= longest]
         except upstream.UpstreamError as exc:
             log.warning("provider %s: cannot list models: %s", self.name, exc)
             ids, ttl = [], 30
@@ -343,9 +371,13 @@ def begin_turn(
 
     content alone: a new message. edit=<id of the last user message> with content:
     replace its text and drop what followed. Neither: regenerate the last reply.
-    Refused while a reply streams in the conversation: one stream per conversation.
+    Refused while a reply streams in the conversation: one stream per conversation,
+    and over the user's limits (chat/limits.py), before anything is stored.
     """
+    from . import limits
+
     with transaction.atomic():
+        limits.enforce(user, source=Usage.Source.CHAT)
         if conversation_id is None:
             conversation = Conversation.objects.create(owner=user, title=Conversation.title_for(content or ""))
         else:
@@ -499,12 +531,12 @@ class Usage(models.Model):
     def ending(state: upstream.StreamState, status: str, error: str, metering: dict) -> dict:
         """The fields a finished stream writes on its usage row."""
         return {
-            "upstream_id": state.upstream_id,
-            "request_id": state.request_id,
+            "upstream_id": fit(Usage, "upstream_id", state.upstream_id),
+            "request_id": fit(Usage, "request_id", state.request_id),
             "upstream_perf": state.perf,
             "ended": timezone.now(),
             "status": status,
-            "finish_reason": state.finish_reason or "",
+            "finish_reason": fit(Usage, "finish_reason", state.finish_reason),
             "error": error,
             **metering,
         }

@@ -206,9 +206,18 @@ DEMO_UPSTREAM = env_bool("DEMO_UPSTREAM", not UPSTREAM_BASE_URL)
 UPSTREAM_MAX_TOKENS = env_number("UPSTREAM_MAX_TOKENS", 8192)
 UPSTREAM_CONNECT_TIMEOUT = env_number("UPSTREAM_CONNECT_TIMEOUT", 10.0, float)
 UPSTREAM_READ_TIMEOUT = env_number("UPSTREAM_READ_TIMEOUT", 300.0, float)
+# From sending a streaming request to the first byte of its answer: a dead upstream is noticed sooner.
+UPSTREAM_FIRST_BYTE_TIMEOUT = env_number("UPSTREAM_FIRST_BYTE_TIMEOUT", 60.0, float)
 UPSTREAM_DEADLINE = env_number("UPSTREAM_DEADLINE", 1800.0, float)
 UPSTREAM_MAX_CONNECTIONS = env_number("UPSTREAM_MAX_CONNECTIONS", 1000)
 UPSTREAM_MODELS_CACHE_SECONDS = env_number("UPSTREAM_MODELS_CACHE_SECONDS", 300)
+# What an upstream may send: one SSE line (event), bytes; unreadable events skipped before
+# a stream fails; a whole non-stream /v1 response, bytes.
+UPSTREAM_MAX_LINE_BYTES = env_number("UPSTREAM_MAX_LINE_BYTES", 1_000_000)
+UPSTREAM_MAX_MALFORMED = env_number("UPSTREAM_MAX_MALFORMED", 3)
+API_MAX_RESPONSE_BYTES = env_number("API_MAX_RESPONSE_BYTES", 10_000_000)
+# A reply (text + reasoning, UTF-8 bytes) past this is stopped and marked failed, its text kept.
+CHAT_MAX_REPLY_BYTES = env_number("CHAT_MAX_REPLY_BYTES", 2_000_000)
 # Link-local and cloud metadata addresses (169.254.0.0/16, fe80::/10, fd00:ec2::254) hand out
 # the machine's cloud credentials: providers there are refused, when saved and when called.
 UPSTREAM_ALLOW_LINK_LOCAL = env_bool("UPSTREAM_ALLOW_LINK_LOCAL", False)
@@ -225,6 +234,28 @@ CHAT_ORPHAN_AFTER = env_number("CHAT_ORPHAN_AFTER", 60.0, float)
 API_HEARTBEAT_SECONDS = env_number("API_HEARTBEAT_SECONDS", 15.0, float)
 API_STORE_CONVERSATIONS = env_bool("API_STORE_CONVERSATIONS", False)
 
+# --- Limits per person and per token (chat/limits.py); 0 turns a limit off -----
+# Streams running at once per user on the page, per user over /v1/, and per API token.
+CHAT_MAX_STREAMS = env_number("CHAT_MAX_STREAMS", 4)
+API_MAX_STREAMS = env_number("API_MAX_STREAMS", 8)
+API_TOKEN_MAX_STREAMS = env_number("API_TOKEN_MAX_STREAMS", API_MAX_STREAMS)
+# Streams started in the last minute, per user (page and API together) and per API token.
+RATE_LIMIT_PER_MINUTE = env_number("RATE_LIMIT_PER_MINUTE", 60)
+API_TOKEN_RATE_LIMIT_PER_MINUTE = env_number("API_TOKEN_RATE_LIMIT_PER_MINUTE", RATE_LIMIT_PER_MINUTE)
+# Frames a websocket may send: a token bucket of CHAT_FRAME_BURST refilled at CHAT_FRAME_RATE a second.
+CHAT_FRAME_RATE = env_number("CHAT_FRAME_RATE", 20.0, float)
+CHAT_FRAME_BURST = env_number("CHAT_FRAME_BURST", 60)
+# The largest max_tokens (and max_completion_tokens) accepted on every path, and n on /v1/.
+MAX_TOKENS_LIMIT = env_number("MAX_TOKENS_LIMIT", 32768)
+API_MAX_N = env_number("API_MAX_N", 1)
+# Upstream connections per provider and process when its admin field is empty (default:
+# half the shared pool, so a slow provider leaves the other half), and how long a request
+# waits for one of them before it fails.
+UPSTREAM_PROVIDER_MAX_CONNECTIONS = env_number(
+    "UPSTREAM_PROVIDER_MAX_CONNECTIONS", max(1, UPSTREAM_MAX_CONNECTIONS // 2)
+)
+UPSTREAM_PROVIDER_WAIT = env_number("UPSTREAM_PROVIDER_WAIT", 10.0, float)
+
 # --- The server (chatsite/server.py) ----------------------------------------
 # Largest request body, bytes (Django's own limit too): larger ones get 413 as they arrive.
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_number("REQUEST_MAX_BYTES", 2_621_440)
@@ -237,3 +268,7 @@ SHUTDOWN_GRACE_SECONDS = env_number("SHUTDOWN_GRACE_SECONDS", 20.0, float)
 
 if not 0 < CHAT_COALESCE_MS <= 30:
     raise ImproperlyConfigured("CHAT_COALESCE_MS must be between 1 and 30")
+if not 1 <= UPSTREAM_MAX_TOKENS <= MAX_TOKENS_LIMIT:
+    raise ImproperlyConfigured("UPSTREAM_MAX_TOKENS must be between 1 and MAX_TOKENS_LIMIT")
+if CHAT_FRAME_RATE <= 0 or CHAT_FRAME_BURST < 1 or API_MAX_N < 1:
+    raise ImproperlyConfigured("CHAT_FRAME_RATE, CHAT_FRAME_BURST and API_MAX_N must be positive")

@@ -105,6 +105,18 @@ def test_usage_list_filters_and_totals(staff_client, history):
     assert staff_client.get("/admin/chat/usage/add/").status_code == 403
 
 
+def test_provider_connection_limit_is_an_admin_field(staff_client, provider):
+    data = {"name": "i14", "base_url": "https://api.i14.ai/v1", "api_key": "", "model_list": "", "enabled": "on"}
+    page = staff_client.get(f"/admin/chat/provider/{provider.pk}/change/").content.decode()
+    assert 'name="max_connections"' in page and "UPSTREAM_PROVIDER_MAX_CONNECTIONS" in page
+    staff_client.post(f"/admin/chat/provider/{provider.pk}/change/", {**data, "max_connections": "2"})
+    provider.refresh_from_db()
+    assert provider.max_connections == 2
+    response = staff_client.post(f"/admin/chat/provider/{provider.pk}/change/", {**data, "max_connections": "-1"})
+    provider.refresh_from_db()
+    assert response.status_code == 200 and provider.max_connections == 2  # refused with the form's error
+
+
 def staff_with(django_user_model, username: str, *codenames: str):
     """A staff user (not a superuser) holding only the named chat permissions."""
     user = django_user_model.objects.create_user(username, password="staff-pw-123456", is_staff=True)

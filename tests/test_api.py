@@ -306,11 +306,12 @@ def test_a_client_that_leaves_closes_the_upstream_within_a_second_and_is_metered
 
 
 def wait_for_usage() -> Usage:
-    # The server writes the row as the cancelled stream unwinds, just after the disconnect.
+    # The row is written as `streaming` when the request starts and settled as the
+    # cancelled stream unwinds, just after the disconnect.
     deadline = time.monotonic() + 5
-    while (usage := Usage.objects.first()) is None and time.monotonic() < deadline:
+    while ((usage := Usage.objects.first()) is None or usage.status == "streaming") and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert usage is not None, "no usage row written"
+    assert usage is not None and usage.status != "streaming", "the usage row was not settled"
     return usage
 
 
@@ -384,3 +385,56 @@ def test_api_conversations_can_be_stored(server, token, providers, settings):
     assert [m.role for m in conversation.messages.all()] == ["user", "assistant"]
     assert conversation.messages.last().content == answer.choices[0].message.content == "stored?"
     assert Usage.objects.get().message == conversation.messages.last()
+
+
+# --- what an upstream may send ---------------------------------------------------------
+
+FILLER = "Streaming tokens from the demo upstream keeps the relay busy while the benchmark measures".split()
+
+
+def test_unreadable_events_are_skipped_so_the_sdk_reads_the_whole_answer(sdk):
+    stream = sdk.chat.completions.create(
+        model="claude-sonnet-5", messages=[{"role": "user", "content": "[[malformed:2]] [[chunks:12]]"}], stream=True
+    )
+    text = "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
+    assert text == " ".join(FILLER[:12]) + " "
+    assert Usage.objects.get().status == "complete"
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_upstream_error_bodies_are_scrubbed_and_never_html(server, token, providers, stream):
+    from tests.conftest import FAKE_KEY
+
+    headers = {"Authorization": f"Bearer {token}"}
+    url = server.url + "/v1/chat/completions"
+    response = httpx.post(url, json=message("[[status:400]] [[echoauth]]", stream=stream), headers=headers)
+    assert response.status_code == 400 and FAKE_KEY not in response.text
+    assert "Authorization: Bearer [redacted]" in response.json()["error"]["message"]
+    assert FAKE_KEY not in Usage.objects.get().error
+    response = httpx.post(url, json=message("[[status:502]] [[html]]", stream=stream), headers=headers)
+    assert response.status_code == 502 and response.headers["content-type"] == "application/json"
+    assert response.json()["error"]["message"] == "upstream 502: 502 Bad Gateway"
+
+
+def test_reply_and_response_caps(token, providers):
+    """A dedicated server with small caps: a long stream ends with an error event, a long answer is refused."""
+    from django.db import connection
+
+    env = {"DATABASE_URL": database_url(connection.settings_dict), "CHAT_MAX_REPLY_BYTES": "5000",
+           "API_MAX_RESPONSE_BYTES": "20000"}  # fmt: skip
+    with LiveServer(env) as live:
+        _, pieces = raw_stream(live, token, message("[[chunks:50]] [[size:1000]]", "claude-sonnet-5", stream=True))
+        events = [e for e in events_of(b"".join(p for _, p in pieces)) if e.startswith(b"data:")]
+        assert events[-1] == b"data: [DONE]\n\n" and b'"code":"reply_too_large"' in events[-2]
+        assert len(events) < 12  # stopped after about 5 of the 50 chunks
+        usage = Usage.objects.get()
+        assert usage.status == "failed" and "limit of 5000 bytes" in usage.error
+        usage.delete()
+
+        client = openai.OpenAI(base_url=live.url + "/v1", api_key=token, max_retries=0)
+        with pytest.raises(openai.APIStatusError) as caught:
+            client.chat.completions.create(
+                model="claude-sonnet-5", messages=[{"role": "user", "content": "[[chunks:50]] [[size:1000]]"}]
+            )
+        assert caught.value.status_code == 502 and "larger than 20000 bytes" in caught.value.message
+        assert Usage.objects.get().status == "failed"

@@ -52,6 +52,15 @@ def test_sqlite_runs_in_wal_mode_with_immediate_transactions():
     assert connection.transaction_mode == "IMMEDIATE"
 
 
+def test_limit_defaults_and_token_limits_follow_the_user_limits(settings):
+    assert (settings.CHAT_MAX_STREAMS, settings.API_MAX_STREAMS, settings.RATE_LIMIT_PER_MINUTE) == (4, 8, 60)
+    assert settings.API_TOKEN_MAX_STREAMS == 8 and settings.API_TOKEN_RATE_LIMIT_PER_MINUTE == 60
+    assert (settings.MAX_TOKENS_LIMIT, settings.API_MAX_N) == (32768, 1)
+    assert settings.UPSTREAM_PROVIDER_MAX_CONNECTIONS == settings.UPSTREAM_MAX_CONNECTIONS // 2
+    result = manage("check", env={"UPSTREAM_MAX_TOKENS": "40000"})
+    assert result.returncode != 0 and "UPSTREAM_MAX_TOKENS must be between 1 and MAX_TOKENS_LIMIT" in result.stderr
+
+
 SETTINGS_ONLY = """
 import os, pathlib, sys
 # Any chmod after creation would hide a moment with a wider mode: the file must be born 600.

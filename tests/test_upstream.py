@@ -93,11 +93,48 @@ def test_without_usage_the_counts_are_estimated():
     assert state.outcome() == "interrupted"
 
 
-def test_malformed_payloads_are_protocol_errors():
+def test_malformed_payloads_are_skipped_counted_and_fail_at_the_limit():
     for data in (b"{oops", b"[1]", b'"text"'):
         with pytest.raises(UpstreamError) as caught:
-            StreamState(started_at=0).feed(data, 0)
-        assert caught.value.kind == "protocol"
+            upstream.parse_chunk(data)
+        assert caught.value.kind == "protocol" and "b'" not in str(caught.value)
+    state = StreamState(started_at=0, max_malformed=3)
+    assert state.feed(b"{oops", 0) == ("", "") and state.feed(b"[1]", 0) == ("", "")
+    assert state.feed(b'{"choices": [{"delta": {"content": "still here"}}]}', 0) == ("still here", "")
+    with pytest.raises(UpstreamError) as caught:
+        state.feed(b'"text"', 0)
+    assert caught.value.kind == "protocol" and state.malformed == 3 and state.text == "still here"
+    assert str(caught.value) == "upstream protocol: the upstream sent 3 events that are not valid JSON"
+
+
+def test_the_reply_cap_cuts_on_a_character_boundary():
+    state = StreamState(started_at=0, max_reply=10)
+    state.feed_chunk({"choices": [{"delta": {"reasoning_content": "think"}}]}, 0)
+    assert not state.full
+    state.feed_chunk({"choices": [{"delta": {"content": "ééé"}}]}, 0)  # 5 + 6 bytes: one too many
+    assert state.full and state.text == "éé" and state.reasoning_text == "think"
+    assert state.too_large().kind == "too_large" and "10 bytes" in str(state.too_large())
+
+
+def test_scrub_removes_keys_bearer_tokens_and_sk_secrets():
+    key = "prov-key-0123456789abcdef"
+    text = f"bad key {key}; header was 'Authorization: Bearer {key}', also sk-live_ABCDEF123456 and Bearer abc.def"
+    clean = upstream.scrub(text, [key])
+    assert key not in clean and "sk-live" not in clean and "abc.def" not in clean
+    assert clean.count("[redacted]") == 4 and clean.startswith("bad key [redacted];")
+    assert upstream.scrub("a short key x stays", ["x"]) == "a short key x stays"
+
+
+def test_error_text_is_one_line_never_html_or_a_repr():
+    page = "<!DOCTYPE html><html><head><title>502 Bad Gateway</title></head><body>" + "x" * 9000 + "</body></html>"
+    assert upstream._describe_error_body(page, "Bad Gateway") == ("502 Bad Gateway", None)
+    assert upstream._describe_error_body("<html><body><h1>Oops</h1></body></html>", "e")[0] == "Oops"
+    assert upstream.describe_error({"message": {"detail": "nested"}})[0] == '{"detail":"nested"}'
+    state = StreamState(started_at=0, secrets=("prov-key-0123456789",))
+    state.error = {"message": "<html><title>Upstream down</title></html>"}
+    assert state.error_message() == "Upstream down"
+    state.error = {"message": "echo: Bearer prov-key-0123456789"}
+    assert state.error_message() == "echo: Bearer [redacted]"
 
 
 def test_build_payload_always_sets_max_tokens_and_usage():
@@ -241,6 +278,50 @@ async def test_read_timeout_and_overall_deadline(client, fake_server):
         client, fake_server, "infyrence", "[[delay:20]] [[chunks:500]]", timeouts=Timeouts(deadline=0.2)
     )
     assert error.kind == "timeout" and "deadline" in error.message
+
+
+async def test_a_silent_upstream_fails_at_the_first_byte_timeout(client, fake_server):
+    timeouts = Timeouts(first_byte=0.5, read=30)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    _, events, error = await run(client, fake_server, "infyrence", "[[wait:5000]] hi", timeouts=timeouts)
+    assert events == [] and error.kind == "timeout" and loop.time() - started < 4
+    # once the first byte is there, only the between-bytes timeout applies
+    _, _, error = await run(client, fake_server, "infyrence", "[[delay:700]] [[chunks:2]]", timeouts=timeouts)
+    assert error is None
+
+
+async def test_a_line_past_the_event_cap_is_a_protocol_error(client, fake_server):
+    loop = asyncio.get_running_loop()
+    payload = upstream.build_payload(MODELS["api14"], [{"role": "user", "content": "[[chunks:3]] [[size:200000]]"}])
+    state, error = StreamState(started_at=loop.time()), None
+    try:
+        async with upstream.open_stream(
+            client, fake_server.base_url("api14"), FAKE_KEY, payload, max_event=100_000
+        ) as stream:
+            async for event in stream.events():
+                if event.data is not None:
+                    state.feed(event.data, loop.time())
+    except UpstreamError as exc:
+        error = exc
+    assert error.kind == "protocol" and "longer than 100000 bytes" in error.message and state.text == ""
+
+
+async def test_a_non_stream_answer_past_its_cap_is_refused(client, fake_server):
+    payload = {"model": MODELS["infyrence"], "messages": [{"role": "user", "content": "[[chunks:50]] [[size:1000]]"}]}
+    answer = await upstream.post_json(client, fake_server.base_url("infyrence"), FAKE_KEY, payload, max_bytes=100_000)
+    assert answer.status_code == 200 and len(answer.content) > 50_000
+    with pytest.raises(UpstreamError) as caught:
+        await upstream.post_json(client, fake_server.base_url("infyrence"), FAKE_KEY, payload, max_bytes=20_000)
+    assert caught.value.kind == "too_large" and "20000 bytes" in caught.value.message
+
+
+async def test_an_echoed_key_and_an_html_page_never_reach_the_error(client, fake_server):
+    _, _, error = await run(client, fake_server, "infyrence", "[[status:401]] [[echoauth]]")
+    assert error.status == 401 and FAKE_KEY not in error.message and FAKE_KEY.encode() not in error.body
+    assert "Authorization: Bearer [redacted]" in error.message
+    _, _, error = await run(client, fake_server, "i14", "[[status:502]] [[html]]")
+    assert str(error) == "upstream 502: 502 Bad Gateway"
 
 
 async def test_unreachable_upstream(client):

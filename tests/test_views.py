@@ -130,3 +130,9 @@ def test_unsafe_methods_need_the_csrf_token(alice, chats):
     assert strict.delete(url).status_code == 403
     token = strict.get("/").context["config"]["csrfToken"]
     assert strict.delete(url, headers={"X-CSRFToken": token}).status_code == 204
+
+
+def test_settings_form_carries_the_servers_bounds(alice_client):
+    page = alice_client.get("/").content.decode()
+    assert 'id="param-max-tokens" min="1" max="32768"' in page
+    assert 'id="param-system-prompt" rows="3" maxlength="20000"' in page
