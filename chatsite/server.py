@@ -208,6 +208,8 @@ class ChatServer(Server):
             await asyncio.sleep(POLL)
 
     def _watch_websocket(self, protocol) -> None:
+        if protocol.state != WebSocketProtocol.STATE_OPEN:
+            return
         size = unsent(protocol.transport)
         if size <= FLOW_HIGH_WATER:
             protocol.behind_since = None
@@ -215,7 +217,9 @@ class ChatServer(Server):
         now = time.monotonic()
         if getattr(protocol, "behind_since", None) is None:
             protocol.behind_since = now
-        if size > WEBSOCKET_MAX_BUFFER or now - protocol.behind_since > self.chat_slow:
+            # Looked at again then even if nothing more is sent (the stream may have ended).
+            reactor.callLater(self.chat_slow + POLL, self._watch_websocket, protocol)
+        if size > WEBSOCKET_MAX_BUFFER or now - protocol.behind_since >= self.chat_slow:
             log.warning("closed a websocket to %s: %d bytes unread for %.1f s",
                         protocol.client_addr, size, now - protocol.behind_since)  # fmt: skip
             # Sent after what is queued; a client that reads nothing is dropped by autobahn's

@@ -31,7 +31,8 @@ CRASH_SIGNS = ("Segmentation fault", "Fatal Python error", "Task was destroyed b
 
 
 def live(**env: str) -> LiveServer:
-    return LiveServer({"DATABASE_URL": database_url(connection.settings_dict), **env})
+    # Long fake answers need a max_tokens above the default limit.
+    return LiveServer({"DATABASE_URL": database_url(connection.settings_dict), "MAX_TOKENS_LIMIT": "1000000", **env})
 
 
 def rss(pid: int) -> int:
@@ -374,8 +375,8 @@ async def test_a_websocket_that_reads_nothing_is_closed_and_the_stream_goes_on(a
             tab = await open_tab(session, server, alice)
             await tab.send_str(orjson.dumps({"type": "attach", "conversation": started["conversation"]}).decode())
             frames = await frames_until(tab, "done", timeout=120)
-        output = server.output()
         ended = await sync_to_async(closed_by_server)(slow)
+        output = server.output()
     finally:
         if slow is not None:
             slow.close()
@@ -394,7 +395,7 @@ def test_sigterm_in_the_multi_process_setup_ends_the_stream_for_watchers_on_the_
     from tests.test_scaleout import _cluster
 
     with postgres_database("chat_flow_sigterm") as db_url, redis_prefix("chat_flow_sigterm") as prefix:
-        pair = _cluster(fake_server, db_url, prefix, SHUTDOWN_GRACE_SECONDS="1")
+        pair = _cluster(fake_server, db_url, prefix, SHUTDOWN_GRACE_SECONDS="1", MAX_TOKENS_LIMIT="1000000")
         first, second = next(pair)
         try:
             frames, streamed_on, exit_code, output = asyncio.run(stop_the_owner_while_the_other_watches(first, second))
