@@ -10,8 +10,8 @@ Start it as daphne (same options): `python -m chatsite.server -b 127.0.0.1 -p 80
   API_SLOW_CLIENT_SECONDS is disconnected; the view learns why from the scope's
   `chatsite.flow` extension. A websocket `send` never waits (one slow tab must not slow
   a stream others watch); a socket whose unsent bytes (Twisted's buffer and the kernel's
-  send queue) stay over FLOW_HIGH_WATER for
-  CHAT_SLOW_CLIENT_SECONDS, or ever exceeds WEBSOCKET_MAX_BUFFER, is closed with 4008.
+  send queue) stay over FLOW_HIGH_WATER for CHAT_SLOW_CLIENT_SECONDS, or ever pass
+  WEBSOCKET_MAX_BUFFER, is closed with 4008.
 * Request bodies. twisted.web buffers a whole request body (in memory, then in a temp
   file) before daphne hands it over. Bodies over Django's DATA_UPLOAD_MAX_MEMORY_SIZE are
   refused with 413 while they arrive: at the Content-Length header, or as soon as a
@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
+import io
 import logging
 import signal
 import struct
@@ -102,6 +103,7 @@ class LimitedRequest(WebRequest):
         self._received = 0
         self._refused = False
         if self.max_body is not None and length is not None and length > self.max_body:
+            self.content = io.BytesIO()  # stays empty; Twisted still seeks it if the body completes
             self._refuse()
             return
         super().gotLength(length)
@@ -122,7 +124,8 @@ class LimitedRequest(WebRequest):
 
     def _refuse(self) -> None:
         self._refused = True
-        log.warning("refused a request body over %d bytes from %s", self.max_body, self.getClientAddress())
+        client = getattr(self.getClientAddress(), "host", "?")
+        log.warning("refused a request body over %d bytes from %s", self.max_body, client)
         body = f"The request body is larger than {self.max_body} bytes.\n".encode()
         transport = self.channel.transport
         transport.write(

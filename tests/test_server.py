@@ -226,10 +226,11 @@ def small_bodies(django_db_setup, django_db_blocker):
         yield server
 
 
-def test_a_body_declared_too_large_is_refused_before_it_is_sent(small_bodies):
+@pytest.mark.parametrize("length, sent", [(300_000_000, 0), (100_001, 100_001)])
+def test_a_body_declared_too_large_is_refused_before_it_is_read(small_bodies, length, sent):
     with socket.create_connection(("127.0.0.1", small_bodies.port), timeout=10) as sock:
         sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                     b"Content-Length: 300000000\r\n\r\n")  # fmt: skip
+                     b"Content-Length: %d\r\n\r\n%s" % (length, b"x" * sent))  # fmt: skip
         answer = read_answer(sock)
     assert answer.startswith(b"HTTP/1.1 413 ")
     assert b"larger than 100000 bytes" in answer
