@@ -151,7 +151,6 @@ class ChatServer(Server):
         LimitedRequest.max_body = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
         self.ports: list = []
         self.bind_failed = False
-        self.stopping = False
         # Called by daphne once its factories exist and before the reactor runs.
         self.ready_callable = self._use_limited_requests
 
@@ -246,7 +245,6 @@ class ChatServer(Server):
     async def shutdown(self) -> None:
         from chat.apps import close_clients, end_streams, running_streams
 
-        self.stopping = True
         for port in self.ports:
             port.stopListening()
         if not self.bind_failed:
