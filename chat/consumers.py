@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
 from typing import Any
 
 import orjson
@@ -10,10 +12,22 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
-from . import generation, params
-from .generation import Job, control_group, conversation_group, frame, snapshot_frames
+from . import generation, params, sessions
+from .generation import Job, conversation_group, frame, snapshot_frames
 from .limits import FRAME_LIMIT_CLOSE_CODE, FrameLimiter
 from .models import ChatError, Conversation, Message, Provider, begin_turn
+
+# Frames that start a stream re-check the session first (cached for CHAT_SESSION_CHECK_SECONDS).
+SESSION_CHECKED_FRAMES = frozenset({"send", "regenerate", "edit"})
+SIGNED_OUT = 4401  # the close code the page answers by going to the sign-in page
+
+log = logging.getLogger(__name__)
+
+# An attaching socket waits this long for the owner's snapshot, then shows the saved text:
+# an owner killed a moment ago still holds its lease but will never answer.
+SNAPSHOT_WAIT = 3.0
+# attaching[reply] when the snapshot came from the database: no delta lines up with it.
+FROM_DATABASE = -1
 
 
 def parse_id(fields: dict, name: str, *, optional: bool = False) -> int | None:
@@ -70,18 +84,27 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
     async def connect(self) -> None:
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
-            await self.close(code=4401)
+            # Accepted then closed: a refused handshake reaches the page as 1006, not as this code.
+            await self.accept()
+            await self.close(code=SIGNED_OUT)
             return
         self.user = user
+        self.session_key = self.scope["session"].session_key
+        self.session_checked = time.monotonic()
         self.watching: set[int] = set()
         # reply id -> seq of the snapshot this socket got (None: waiting for it)
         self.attaching: dict[int, int | None] = {}
+        self.waits: set[asyncio.Task] = set()
         self.frames = FrameLimiter(
             settings.CHAT_FRAME_RATE, settings.CHAT_FRAME_BURST, asyncio.get_running_loop().time()
         )
         self.closing = False
+        try:
+            await self.channel_layer.group_add(sessions.user_group(user.pk), self.channel_name)
+        except Exception as exc:  # the socket still works; the per-frame session check still holds
+            log.warning("could not add a socket of user %s to its user group: %r", user.pk, exc)
         await self.accept()
-        generation.ensure_sweeper()
+        await generation.ensure_started()
 
     async def dispatch(self, message: dict) -> None:
         # Channels closes stale database connections (a thread hop) before every message;
@@ -92,6 +115,13 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             await super().dispatch(message)
 
     async def disconnect(self, code: int) -> None:
+        for wait in getattr(self, "waits", ()):
+            wait.cancel()
+        if hasattr(self, "user"):
+            try:
+                await self.channel_layer.group_discard(sessions.user_group(self.user.pk), self.channel_name)
+            except Exception as exc:  # the membership expires with the layer's group expiry
+                log.warning("could not remove a socket of user %s from its user group: %r", self.user.pk, exc)
         for conversation_id in getattr(self, "watching", ()):
             await self.channel_layer.group_discard(conversation_group(conversation_id), self.channel_name)
 
@@ -132,6 +162,9 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
     async def receive_json(self, content: Any, **kwargs) -> None:
         if not isinstance(content, dict):
             raise ChatError("bad_frame", "A frame must be a JSON object with a `type`.")
+        if content.get("type") in SESSION_CHECKED_FRAMES and not await self.session_still_valid():
+            await self.close_signed_out()
+            return
         handler = {
             "send": self.on_send,
             "regenerate": self.on_regenerate,
@@ -142,6 +175,25 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         if handler is None:
             raise ChatError("unknown_type", f"Unknown frame type {content.get('type')!r}.")
         await handler(content)
+
+    async def close_signed_out(self) -> None:
+        """Close with 4401 (the page goes to sign in); frames still queued are dropped unread."""
+        self.closing = True
+        await self.close(code=SIGNED_OUT)
+
+    async def session_still_valid(self, *, fresh: bool = False) -> bool:
+        """Whether this socket's session still signs its user in; a recent answer is reused unless `fresh`."""
+        now = time.monotonic()
+        if not fresh and now - self.session_checked < settings.CHAT_SESSION_CHECK_SECONDS:
+            return True
+        try:
+            valid = await database_sync_to_async(sessions.session_is_valid)(self.session_key, self.user.pk)
+        except Exception as exc:  # a database blip must not sign everyone out; the next frame asks again
+            log.warning("could not check the session of user %s's socket: %r", self.user.pk, exc)
+            return True
+        if valid:
+            self.session_checked = now
+        return valid
 
     async def send_error(self, code: str, detail: str, message: int | None = None) -> None:
         await self.send(text_data=frame(type="error", code=code, detail=detail, message=message))
@@ -196,8 +248,9 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
                 raise ChatError("not_found", "No such conversation.")
             model = model or stored
         entry = await Provider.objects.aresolve(model)
+        await generation.ensure_started()
         turn = await database_sync_to_async(begin_turn)(
-            self.user, entry, params, conversation_id=conversation_id, **turn
+            self.user, entry, params, conversation_id=conversation_id, worker_id=generation.worker_id(), **turn
         )
         await self.watch(turn.conversation.pk)
         generation.start(Job.for_turn(turn, entry.provider, entry.model, turn.conversation.params))
@@ -207,35 +260,58 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         reply = await self._own_reply(message_id)
         if reply.status != Message.Status.STREAMING:
             raise ChatError("not_streaming", "That message is not streaming.")
-        await self.channel_layer.group_send(
-            control_group(reply.conversation_id), {"type": "generation.stop", "message": message_id}
-        )
+        # To the process streaming it, whichever socket started it; a dead owner's stream ends here.
+        await generation.send_control(reply, "stop")
 
     async def on_attach(self, fields: dict) -> None:
         conversation_id = parse_id(fields, "conversation")
         if not await Conversation.objects.owned_by(self.user).filter(pk=conversation_id).aexists():
             raise ChatError("not_found", "No such conversation.")
         await self.watch(conversation_id)
-        streaming = await Message.objects.streaming().filter(conversation_id=conversation_id).afirst()
+        streaming = (
+            await Message.objects.streaming().filter(conversation_id=conversation_id).select_related("worker").afirst()
+        )
         if streaming is None:
             await self.send(text_data=frame(type="attached", conversation=conversation_id, message=None))
             return
         self.attaching[streaming.pk] = None
         await self.send(text_data=frame(type="attached", conversation=conversation_id, message=streaming.pk))
-        await self.channel_layer.group_send(
-            control_group(conversation_id),
-            {"type": "generation.snapshot", "message": streaming.pk, "reply_to": self.channel_name},
-        )
+        # A live owner answers with a snapshot; a dead one's stream is ended now and its `done`
+        # (with the saved text as the snapshot, see chat_done) arrives through the group.
+        if await generation.send_control(streaming, "snapshot", reply_to=self.channel_name):
+            wait = asyncio.create_task(self.snapshot_from_database(streaming.pk))
+            self.waits.add(wait)
+            wait.add_done_callback(self.waits.discard)
+
+    async def snapshot_from_database(self, message_id: int) -> None:
+        """If the owner does not answer in time, the saved text; its own snapshot still replaces it."""
+        await asyncio.sleep(SNAPSHOT_WAIT)
+        if self.attaching.get(message_id, FROM_DATABASE) is not None:
+            return
+        reply = await Message.objects.aget(pk=message_id)
+        if self.attaching.get(message_id, FROM_DATABASE) is None:
+            self.attaching[message_id] = FROM_DATABASE
+            for text in snapshot_frames(
+                reply.conversation_id, reply.pk, reply.content, reply.reasoning, reply.status, reply.model, None
+            ):
+                await self.send(text_data=text)
 
     async def _own_reply(self, message_id: int) -> Message:
-        reply = await Message.objects.filter(
-            pk=message_id, role=Message.Role.ASSISTANT, conversation__owner=self.user
-        ).afirst()
+        reply = (
+            await Message.objects.filter(pk=message_id, role=Message.Role.ASSISTANT, conversation__owner=self.user)
+            .select_related("worker")
+            .afirst()
+        )
         if reply is None:
             raise ChatError("not_found", "No such message.")
         return reply
 
     # --- channel-layer events -------------------------------------------------
+
+    async def session_check(self, event: dict) -> None:
+        """A session of this user ended somewhere (sign-out, password change, deactivation): is it ours?"""
+        if event.get("ended") == self.session_key or not await self.session_still_valid(fresh=True):
+            await self.close_signed_out()
 
     async def chat_started(self, event: dict) -> None:
         await self.send(text_data=event["text"])
@@ -243,12 +319,12 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
     async def chat_delta(self, event: dict) -> None:
         if event["message"] in self.attaching:
             seen = self.attaching[event["message"]]
-            if seen is None or event["seq"] <= seen:
-                return  # the snapshot carries it
+            if seen is None or seen == FROM_DATABASE or event["seq"] <= seen:
+                return  # the snapshot carries it (or the owner's snapshot will)
         await self.send(text_data=event["text"])
 
     async def chat_snapshot(self, event: dict) -> None:
-        if event["message"] in self.attaching and self.attaching[event["message"]] is None:
+        if event["message"] in self.attaching and self.attaching[event["message"]] in (None, FROM_DATABASE):
             self.attaching[event["message"]] = event["seq"]
             await self.send(text_data=event["text"])
             for text in event.get("parts", ()):  # a long reply's snapshot, frame by frame
@@ -256,8 +332,8 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
 
     async def chat_done(self, event: dict) -> None:
         message_id = event["message"]
-        if message_id in self.attaching and self.attaching.pop(message_id) is None:
-            # The stream ended before its snapshot reached us: the saved text is final.
+        if message_id in self.attaching and self.attaching.pop(message_id) in (None, FROM_DATABASE):
+            # The stream ended before the owner's snapshot reached us: the saved text is final.
             reply = await Message.objects.aget(pk=message_id)
             for text in snapshot_frames(
                 reply.conversation_id, reply.pk, reply.content, reply.reasoning, reply.status, reply.model, None

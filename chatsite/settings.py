@@ -3,6 +3,7 @@
 import os
 import secrets
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -75,6 +76,7 @@ INSTALLED_APPS = [
     "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
     "channels",
+    "axes",
     "chat",
 ]
 
@@ -89,6 +91,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as django-axes asks: turns a locked-out sign-in into the lockout page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "chatsite.urls"
@@ -124,11 +128,35 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
 REDIS_URL = env("REDIS_URL")
 # Every key this install writes in Redis starts with this, so installs (and test runs) can share a server.
 REDIS_PREFIX = env("REDIS_PREFIX", "chat")
+# Group memberships of a crashed process expire after this; live ones are renewed (chat/layers.py).
+REDIS_GROUP_EXPIRY = env_number("REDIS_GROUP_EXPIRY", 300)
 if REDIS_URL:
+    from redis.asyncio.retry import Retry
+    from redis.backoff import ExponentialBackoff
+
     CHANNEL_LAYERS = {
         "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL], "prefix": REDIS_PREFIX, "capacity": 1000, "expiry": 60},
+            "BACKEND": "chat.layers.RedisChannelLayer",
+            "CONFIG": {
+                "hosts": [
+                    {
+                        "address": REDIS_URL,
+                        # redis-py 8 defaults to a 5 s socket timeout, the same as channels-redis's
+                        # blocking BZPOPMIN: an idle read then timed out. Reads may block 5 s, so 15.
+                        "socket_timeout": 15,
+                        "socket_connect_timeout": 5,
+                        "socket_keepalive": True,
+                        # a connection idle this long is PINGed before use, so a dead one is replaced
+                        "health_check_interval": 10,
+                        # ...and a broken one (Redis restarted) is reconnected instead of failing a socket
+                        "retry": Retry(ExponentialBackoff(cap=1.0, base=0.05), 3),
+                    }
+                ],
+                "prefix": REDIS_PREFIX,
+                "capacity": 1000,
+                "expiry": 60,
+                "group_expiry": REDIS_GROUP_EXPIRY,
+            },
         }
     }
 else:
@@ -145,6 +173,8 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+# Axes refuses locked-out sign-ins before any password is hashed; ours bounds the hashing.
+AUTHENTICATION_BACKENDS = ["chat.accounts.LockoutBackend", "chat.accounts.BoundedModelBackend"]
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "login"
@@ -190,7 +220,8 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env("LOG_LEVEL", "INFO")},
     # httpx logs every request line at INFO; only our own summaries are wanted.
-    "loggers": {"httpx": {"level": "WARNING"}, "daphne": {"level": "WARNING"}},
+    # django-axes logs every sign-in at INFO; lockouts are WARNING.
+    "loggers": {"httpx": {"level": "WARNING"}, "daphne": {"level": "WARNING"}, "axes": {"level": "WARNING"}},
 }
 
 # --- The chat itself -------------------------------------------------------
@@ -226,9 +257,11 @@ CHAT_MAX_CONTENT_BYTES = env_number("CHAT_MAX_CONTENT_BYTES", 100_000)
 # Deltas are coalesced for this long before one channel-layer message carries them.
 CHAT_COALESCE_MS = env_number("CHAT_COALESCE_MS", 30)
 CHAT_SAVE_INTERVAL = env_number("CHAT_SAVE_INTERVAL", 1.0, float)
-# With several processes (REDIS_URL), a reply not saved for this long is taken as
-# orphaned by a dead process and marked interrupted; each process sweeps for them.
-CHAT_ORPHAN_AFTER = env_number("CHAT_ORPHAN_AFTER", 60.0, float)
+# Every serving process renews a lease row every CHAT_LEASE_SECONDS / 4; a process whose
+# lease is older than this is dead, and the others mark its streams interrupted.
+CHAT_LEASE_SECONDS = env_number("CHAT_LEASE_SECONDS", 6.0, float)
+# How long a finished answer's final save is retried (with backoff) before giving up.
+CHAT_FINAL_SAVE_SECONDS = env_number("CHAT_FINAL_SAVE_SECONDS", 120.0, float)
 # The OpenAI-compatible API (/v1/): a comment line this often while the upstream is silent,
 # and whether API requests are also kept as conversations (off: only usage is recorded).
 API_HEARTBEAT_SECONDS = env_number("API_HEARTBEAT_SECONDS", 15.0, float)
@@ -256,9 +289,45 @@ UPSTREAM_PROVIDER_MAX_CONNECTIONS = env_number(
 )
 UPSTREAM_PROVIDER_WAIT = env_number("UPSTREAM_PROVIDER_WAIT", 10.0, float)
 
+# An open socket re-reads its session before a send/regenerate/edit at most this often, seconds.
+CHAT_SESSION_CHECK_SECONDS = env_number("CHAT_SESSION_CHECK_SECONDS", 5.0, float)
+
+# --- Sign-in throttling (django-axes) ----------------------------------------
+# This many failed sign-ins for one account, or from one address, lock it for AUTH_LOCKOUT_MINUTES
+# (counted while failures keep coming less than that far apart); staff unlock in the admin.
+AUTH_LOCKOUT_FAILURES = env_number("AUTH_LOCKOUT_FAILURES", 10)
+AUTH_LOCKOUT_MINUTES = env_number("AUTH_LOCKOUT_MINUTES", 15)
+# Passwords hashed at once (each costs ~0.5 s of a core; the default leaves a core for everything else),
+# and how long a sign-in waits for its turn before it is told the server is busy.
+AUTH_HASH_CONCURRENCY = env_number("AUTH_HASH_CONCURRENCY", max(1, (os.cpu_count() or 2) - 1))
+AUTH_HASH_WAIT = env_number("AUTH_HASH_WAIT", 10.0, float)
+# Proxies whose X-Forwarded-For is believed for the client's address (IPs or networks); otherwise
+# the address of the TCP peer counts, so a client cannot pick the address it is throttled under.
+TRUSTED_PROXIES = env_list("DJANGO_TRUSTED_PROXIES")
+AXES_FAILURE_LIMIT = AUTH_LOCKOUT_FAILURES
+AXES_COOLOFF_TIME = timedelta(minutes=AUTH_LOCKOUT_MINUTES)
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]  # each on its own, not the pair
+AXES_LOCKOUT_CALLABLE = "chat.accounts.lockout_response"
+AXES_CLIENT_IP_CALLABLE = "chat.accounts.client_ip"
+AXES_VERBOSE = False
+
+if CHAT_LEASE_SECONDS < 2:
+    raise ImproperlyConfigured("CHAT_LEASE_SECONDS must be at least 2")
+# --- The server (chatsite/server.py) ----------------------------------------
+# Largest request body, bytes (Django's own limit too): larger ones get 413 as they arrive.
+DATA_UPLOAD_MAX_MEMORY_SIZE = env_number("REQUEST_MAX_BYTES", 2_621_440)
+# A /v1 stream's client that reads nothing for this long is disconnected (its usage is kept);
+# a websocket that does not take its frames for this long is closed with 4008.
+API_SLOW_CLIENT_SECONDS = env_number("API_SLOW_CLIENT_SECONDS", 30.0, float)
+CHAT_SLOW_CLIENT_SECONDS = env_number("CHAT_SLOW_CLIENT_SECONDS", 30.0, float)
+# On SIGTERM: no new connections, running streams get this long to finish, then are interrupted.
+SHUTDOWN_GRACE_SECONDS = env_number("SHUTDOWN_GRACE_SECONDS", 20.0, float)
+
 if not 0 < CHAT_COALESCE_MS <= 30:
     raise ImproperlyConfigured("CHAT_COALESCE_MS must be between 1 and 30")
 if not 1 <= UPSTREAM_MAX_TOKENS <= MAX_TOKENS_LIMIT:
     raise ImproperlyConfigured("UPSTREAM_MAX_TOKENS must be between 1 and MAX_TOKENS_LIMIT")
 if CHAT_FRAME_RATE <= 0 or CHAT_FRAME_BURST < 1 or API_MAX_N < 1:
     raise ImproperlyConfigured("CHAT_FRAME_RATE, CHAT_FRAME_BURST and API_MAX_N must be positive")
+if min(AUTH_LOCKOUT_FAILURES, AUTH_LOCKOUT_MINUTES, AUTH_HASH_CONCURRENCY) < 1:
+    raise ImproperlyConfigured("AUTH_LOCKOUT_FAILURES, AUTH_LOCKOUT_MINUTES, AUTH_HASH_CONCURRENCY must be 1 or more")

@@ -398,9 +398,11 @@ async def test_messages_left_streaming_by_a_dead_process_become_interrupted(alic
 # --- refusals -------------------------------------------------------------------
 
 
-async def test_anonymous_user_is_refused(connect, providers):
-    accepted, code, _ = await connect(None)
-    assert not accepted and code == 4401
+async def test_anonymous_user_is_accepted_then_closed_with_4401(connect, providers):
+    accepted, _, socket = await connect(None)
+    # Accepted first: a refused handshake reaches a browser as 1006, and the page would keep reconnecting.
+    assert accepted
+    assert await socket.communicator.receive_output(5) == {"type": "websocket.close", "code": 4401}
 
 
 async def test_foreign_origin_is_refused(connect, alice):
@@ -556,11 +558,16 @@ async def test_system_prompt_is_stored_and_sent_first(connect, alice, providers,
 
 
 async def test_attach_when_the_stream_ends_before_its_snapshot_sends_the_saved_text(connect, alice, providers):
-    conversation = await Conversation.objects.acreate(owner=alice, title="t")
-    reply = await Message.objects.acreate(
-        conversation=conversation, role="assistant", status="streaming", content="saved text", model=I14
-    )
     _, _, ws = await connect(alice)
+    conversation = await Conversation.objects.acreate(owner=alice, title="t")
+    reply = await Message.objects.acreate(  # owned by this (live) process, which has just ended it
+        conversation=conversation,
+        role="assistant",
+        status="streaming",
+        content="saved text",
+        model=I14,
+        worker_id=generation.worker_id(),
+    )
     await ws.send(type="attach", conversation=conversation.pk)
     assert (await ws.receive())["message"] == reply.pk  # attached; no generation answers the snapshot request
     reply.status, reply.content = "interrupted", "saved text, final"

@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('chat', '0003_provider_max_connections'),
+        ('chat', '0004_worker_leases'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
