@@ -16,7 +16,7 @@ from django.http import HttpResponse, StreamingHttpResponse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
-from . import generation, limits, upstream
+from . import limits, process, upstream
 from .models import (
     ApiToken,
     CatalogEntry,
@@ -115,8 +115,8 @@ async def chat_completions(request):
     meter = Meter(token, entry, body)
     try:
         # The usage row records this process's lease: if the process dies, another one closes the row.
-        await generation.ensure_started()
-        meter.worker_id = generation.worker_id()
+        await process.ensure_started()
+        meter.worker_id = process.worker_id()
         await sync_to_async(meter.begin)()
     except limits.LimitExceeded as exc:
         return too_many(exc)

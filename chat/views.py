@@ -17,8 +17,8 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from . import params
 from .consumers import parse_params, parse_system_prompt
-from .generation import control_request
 from .models import ApiToken, ChatError, Conversation, Message, Provider
+from .process import control_request
 
 MAX_TITLE = 200
 
