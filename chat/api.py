@@ -14,7 +14,7 @@ from django.http import HttpResponse, StreamingHttpResponse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
-from . import upstream
+from . import busy, upstream
 from .models import ApiToken, CatalogEntry, ChatError, Conversation, Message, Provider, Usage, client, timeouts
 from .relay import Relay, RequestError, error_body, message_text, parse_request, prompt_chars, upstream_body
 
@@ -44,9 +44,19 @@ async def authenticate(request) -> ApiToken | None:
         return None
     token = await sync_to_async(ApiToken.objects.for_secret)(secret.strip())
     if token is not None and (token.last_used is None or timezone.now() - token.last_used > timedelta(minutes=1)):
-        token.last_used = timezone.now()
-        await token.asave(update_fields=["last_used"])
+        await sync_to_async(touch_last_used)(token)
     return token
+
+
+def touch_last_used(token: ApiToken) -> None:
+    """Note when a token was last used; skipped, not waited for, while the database is busy."""
+    token.last_used = timezone.now()
+    try:
+        # Only a hint for its owner: not worth holding a request behind someone else's write.
+        with busy.short_wait(0.1):
+            ApiToken.objects.filter(pk=token.pk).update(last_used=token.last_used)
+    except busy.UNAVAILABLE as exc:
+        log.info("skipped noting that API token %s was used: %s", token.pk, exc)
 
 
 class SSEResponse(StreamingHttpResponse):
@@ -79,6 +89,9 @@ async def chat_completions(request):
         entry = await Provider.objects.aresolve(body["model"])
     except ChatError as exc:
         return openai_error(404, exc.detail, "invalid_request_error", "model_not_found")
+    # Refused before the upstream is asked (and paid) when its usage could not be recorded.
+    if not await sync_to_async(busy.can_write)(settings.API_DB_WAIT_SECONDS):
+        return busy.busy_response(request.path)
     payload, wants_usage = upstream_body(body, entry.model, settings.UPSTREAM_MAX_TOKENS)
     meter = Meter(token, entry, body)
     if body.get("stream"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import Any
 
@@ -10,7 +11,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
-from . import generation
+from . import busy, generation
 from .generation import Job, control_group, conversation_group, frame, snapshot_frame
 from .models import ChatError, Conversation, Message, Provider, begin_turn
 
@@ -22,6 +23,8 @@ NUMBER_PARAMS = {
     "frequency_penalty": (-2.0, 2.0),
 }
 MAX_TOKENS_LIMIT = 1_000_000
+
+log = logging.getLogger(__name__)
 
 
 def _is_int(value: Any) -> bool:
@@ -102,6 +105,10 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         # the per-token events touch no database, so they skip it.
         if message["type"] in FAST_EVENTS:
             await FAST_EVENTS[message["type"]](self, message)
+        elif message["type"] == "websocket.connect":
+            # Nor does connect (the user comes from chat/overload.py's cache): that thread hop
+            # would queue every new socket behind a write waiting for SQLite's lock.
+            await self.websocket_connect(message)
         else:
             await super().dispatch(message)
 
@@ -120,6 +127,10 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             await self.receive_json(content)
         except ChatError as exc:
             await self.send_error(exc.code, exc.detail)
+        except busy.UNAVAILABLE as exc:
+            # Nothing was stored (the transaction rolled back); the page retries after a pause.
+            log.warning("database unavailable for a websocket frame: %s", exc)
+            await self.send_error("server_busy", busy.MESSAGE)
 
     async def receive_json(self, content: Any, **kwargs) -> None:
         if not isinstance(content, dict):
@@ -191,7 +202,8 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
                 raise ChatError("not_found", "No such conversation.")
             model = model or stored
         entry = await Provider.objects.aresolve(model)
-        turn = await database_sync_to_async(begin_turn)(
+        # A short wait for SQLite's lock: this runs on the thread every socket's database work shares.
+        turn = await database_sync_to_async(busy.waiting_briefly(begin_turn))(
             self.user, entry, params, conversation_id=conversation_id, **turn
         )
         await self.watch(turn.conversation.pk)

@@ -77,6 +77,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, so it is the first to see a view's exception: a busy database answers 503, not 500.
+    "chat.busy.DatabaseBusyMiddleware",
 ]
 
 ROOT_URLCONF = "chatsite.urls"
@@ -207,6 +209,16 @@ CHAT_ORPHAN_AFTER = env_number("CHAT_ORPHAN_AFTER", 60.0, float)
 # and whether API requests are also kept as conversations (off: only usage is recorded).
 API_HEARTBEAT_SECONDS = env_number("API_HEARTBEAT_SECONDS", 15.0, float)
 API_STORE_CONVERSATIONS = env_bool("API_STORE_CONVERSATIONS", False)
+# Overload (chat/overload.py): websocket connects beyond this many a second, or while this many
+# handshakes are unfinished, are closed with 1013 before any database work (0: no limit);
+# a socket's session -> user read is cached this long (a sign-out reaches new sockets after it).
+WS_CONNECTS_PER_SECOND = env_number("WS_CONNECTS_PER_SECOND", 200.0, float)
+WS_MAX_CONNECTING = env_number("WS_MAX_CONNECTING", 100)
+WS_SESSION_CACHE_SECONDS = env_number("WS_SESSION_CACHE_SECONDS", 5.0, float)
+# A /v1 request that cannot get the database (SQLite write lock held, PostgreSQL down) is
+# answered 503 with this Retry-After; SQLite's write lock is waited for this long first.
+API_DB_WAIT_SECONDS = env_number("API_DB_WAIT_SECONDS", 2.0, float)
+API_RETRY_AFTER_SECONDS = env_number("API_RETRY_AFTER_SECONDS", 5)
 
 if not 0 < CHAT_COALESCE_MS <= 30:
     raise ImproperlyConfigured("CHAT_COALESCE_MS must be between 1 and 30")
