@@ -23,8 +23,9 @@ from django.conf import settings
 
 log = logging.getLogger(__name__)
 
-# RFC 6455 "Try Again Later": the page treats it as "busy, back off harder".
-TRY_AGAIN_LATER = 1013
+# RFC 6455's "Try Again Later" is 1013, but daphne (autobahn) lets an application close only
+# with 1000 or 3000-4999, so the same meaning in the private range; the page backs off harder.
+TRY_AGAIN_LATER = 4013
 
 
 class ConnectGuard:
@@ -87,7 +88,7 @@ class ConnectGuard:
         # One line a few seconds at most: a storm must not turn into a storm of log lines.
         if now - self.reported >= 5:
             log.warning(
-                "overloaded: refused %d websocket connects with 1013 (limits: %g a second, %d handshaking)",
+                "overloaded: refused %d websocket connects with 4013 (limits: %g a second, %d handshaking)",
                 self.refused, self.rate, self.max_in_flight,
             )  # fmt: skip
             self.refused = 0
