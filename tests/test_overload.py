@@ -9,13 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import sqlite3
 import subprocess
 import sys
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 import aiohttp
 import httpx
@@ -26,31 +23,12 @@ from playwright.sync_api import expect, sync_playwright
 
 from chat.overload import TRY_AGAIN_LATER, ConnectGuard
 from tests.conftest import FAKE_KEY, MODELS
-from tests.live import ROOT, LiveServer
+from tests.live import LiveServer
 from tests.page_helpers import CHROMIUM, CHROMIUM_ARGS
+from tests.sites import Site, make_site
 
 MODEL = MODELS["infyrence"]
 BUSY_TEXT = "The server is busy; retrying…"
-
-SETUP = """
-import json, sys
-import django
-django.setup()
-from django.core.management import call_command
-call_command("migrate", verbosity=0)
-from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, get_user_model
-from django.contrib.sessions.backends.db import SessionStore
-from chat.models import ApiToken, Provider
-user = get_user_model().objects.create_user("carol", password="carol-secret-pw")
-token, secret = ApiToken.issue(user, "script")
-session = SessionStore()
-session[SESSION_KEY] = str(user.pk)
-session[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
-session[HASH_SESSION_KEY] = user.get_session_auth_hash()
-session.create()
-Provider.objects.create(name="infyrence", base_url=sys.argv[1], api_key=sys.argv[2])
-print(json.dumps({"secret": secret, "session": session.session_key}))
-"""
 
 # Holds the write lock until told (a line on stdin) or for 30 s at most.
 HOLDER = """
@@ -63,31 +41,15 @@ db.execute("ROLLBACK")
 """
 
 
-@dataclass
-class Site:
-    url: str
-    path: str
-    secret: str
-    session: str
-
-    def count(self, table: str) -> int:
-        with sqlite3.connect(self.path) as db:
-            return db.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
-
-
 @pytest.fixture(scope="module")
 def site(fake_server, tmp_path_factory):
     """A server of its own on a SQLite file of its own, with a user, a session, a token and a provider."""
     path = str(tmp_path_factory.mktemp("locked") / "chat.sqlite3")
-    env = {**os.environ, "DATABASE_URL": f"sqlite:///{path}", "DJANGO_SETTINGS_MODULE": "chatsite.settings"}
-    out = subprocess.run(
-        [sys.executable, "-c", SETUP, fake_server.base_url("infyrence"), FAKE_KEY],
-        cwd=ROOT, env=env, capture_output=True, text=True, check=True,
-    ).stdout  # fmt: skip
-    made = json.loads(out.splitlines()[-1])
+    made = make_site(path, fake_server.base_url("infyrence"), FAKE_KEY)
     # A send waits this long for the lock, so a second connect surely happens while it waits.
-    with LiveServer({"DATABASE_URL": f"sqlite:///{path}", "API_DB_WAIT_SECONDS": "4"}) as live:
-        yield Site(live.url, path, made["secret"], made["session"])
+    with LiveServer({"DATABASE_URL": made.database_url, "API_DB_WAIT_SECONDS": "4"}) as live:
+        made.url = live.url
+        yield made
 
 
 @contextmanager
@@ -244,7 +206,7 @@ def test_the_page_says_the_server_is_busy_and_sends_the_message_once_it_is_not(s
 
 def test_the_page_backs_off_harder_when_connects_are_refused_as_overloaded(site):
     # A rate so low that every websocket connect is refused with 4013; pages still load.
-    env = {"DATABASE_URL": f"sqlite:///{site.path}", "WS_CONNECTS_PER_SECOND": "0.001"}
+    env = {"DATABASE_URL": site.database_url, "WS_CONNECTS_PER_SECOND": "0.001"}
     with LiveServer(env) as live, chromium_page(live.url) as page:
         attempts: list[float] = []
         page.on("websocket", lambda ws: attempts.append(time.monotonic()))

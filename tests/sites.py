@@ -1,0 +1,60 @@
+"""A server's own SQLite database, for tests that need a database no other server or test shares."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from dataclasses import dataclass
+
+from tests.live import ROOT
+
+SETUP = """
+import json, sys
+import django
+django.setup()
+from django.core.management import call_command
+call_command("migrate", verbosity=0)
+from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, get_user_model
+from django.contrib.sessions.backends.db import SessionStore
+from chat.models import ApiToken, Provider
+user = get_user_model().objects.create_user("carol", password="carol-secret-pw")
+token, secret = ApiToken.issue(user, "script")
+session = SessionStore()
+session[SESSION_KEY] = str(user.pk)
+session[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
+session[HASH_SESSION_KEY] = user.get_session_auth_hash()
+session.create()
+Provider.objects.create(name="infyrence", base_url=sys.argv[1], api_key=sys.argv[2])
+print(json.dumps({"secret": secret, "session": session.session_key}))
+"""
+
+
+@dataclass
+class Site:
+    """A SQLite file with one user (a signed-in session and an API token) and one provider."""
+
+    path: str
+    secret: str
+    session: str
+    url: str = ""  # of the server running on it, once there is one
+
+    @property
+    def database_url(self) -> str:
+        return f"sqlite:///{self.path}"
+
+    def count(self, table: str) -> int:
+        with sqlite3.connect(self.path) as db:
+            return db.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+
+
+def make_site(path: str, base_url: str, api_key: str) -> Site:
+    """Migrate a new SQLite file at `path` and add carol, her session and token, and the provider."""
+    env = {**os.environ, "DATABASE_URL": f"sqlite:///{path}", "DJANGO_SETTINGS_MODULE": "chatsite.settings"}
+    out = subprocess.run(
+        [sys.executable, "-c", SETUP, base_url, api_key], cwd=ROOT, env=env, capture_output=True, text=True, check=True
+    ).stdout
+    made = json.loads(out.splitlines()[-1])
+    return Site(path, made["secret"], made["session"])
