@@ -20,6 +20,11 @@ from .relay import Relay, RequestError, error_body, message_text, parse_request,
 
 log = logging.getLogger(__name__)
 
+# Seconds between attempts to record a request's usage while the database is unavailable.
+RECORD_RETRY_PAUSES = (1, 5)
+# Usage recordings under way, kept referenced so that they finish.
+_recording: set[asyncio.Task] = set()
+
 # Passed on from the upstream's response to the client's.
 PASSED_HEADERS = ("x-request-id", "retry-after")
 
@@ -204,10 +209,29 @@ class Meter:
         self.recorded = True
         self.state.ended_at = asyncio.get_running_loop().time()
         usage = self.state.metering(prompt_chars(self.body["messages"]), self.state.ended_at)
-        try:
-            await sync_to_async(self._save)(status, error, usage)
-        except Exception:
-            log.exception("could not record API usage for %s", self.token.user)
+        # Shielded: a client that hangs up after [DONE] gets this request cancelled by daphne
+        # (10 s later), which must not cancel the recording of what it was given.
+        task = asyncio.ensure_future(self._record(status, error, usage))
+        _recording.add(task)
+        task.add_done_callback(_recording.discard)
+        await asyncio.shield(task)
+
+    async def _record(self, status: str, error: str, usage: dict) -> None:
+        # A database that is busy now (a held SQLite lock outlasting the busy timeout) is tried
+        # again, so the usage of an answer already given is not lost.
+        for pause in (*RECORD_RETRY_PAUSES, None):
+            try:
+                await sync_to_async(self._save)(status, error, usage)
+                return
+            except busy.UNAVAILABLE as exc:
+                if pause is None:
+                    log.error("could not record API usage for %s, giving up: %s", self.token.user, exc)
+                    return
+                log.warning("could not record API usage for %s yet, retrying in %g s: %s", self.token.user, pause, exc)
+                await asyncio.sleep(pause)
+            except Exception:
+                log.exception("could not record API usage for %s", self.token.user)
+                return
 
     def _save(self, status: str, error: str, usage: dict) -> None:
         user = self.token.user

@@ -40,6 +40,7 @@ class Site:
     secret: str
     session: str
     url: str = ""  # of the server running on it, once there is one
+    server: object = None  # that server (a tests.live.LiveServer), for its log
 
     @property
     def database_url(self) -> str:

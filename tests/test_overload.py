@@ -48,7 +48,7 @@ def site(fake_server, tmp_path_factory):
     made = make_site(path, fake_server.base_url("infyrence"), FAKE_KEY)
     # A send waits this long for the lock, so a second connect surely happens while it waits.
     with LiveServer({"DATABASE_URL": made.database_url, "API_DB_WAIT_SECONDS": "4"}) as live:
-        made.url = live.url
+        made.url, made.server = live.url, live
         yield made
 
 
@@ -62,8 +62,11 @@ def write_lock(path: str):
         assert holder.stdout.readline().strip() == "locked"
         yield
     finally:
-        holder.stdin.write("release\n")
-        holder.stdin.close()
+        try:
+            holder.stdin.write("release\n")
+            holder.stdin.close()
+        except BrokenPipeError:
+            pass  # it already let go after its 30 s
         holder.wait(10)
 
 
@@ -113,6 +116,26 @@ def test_a_held_write_lock_leaves_the_page_sockets_and_api_answering(site, fake)
         assert MODEL in [model.id for model in api.models.list()]
     answer = api.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi [[chunks:3]]"}])
     assert answer.choices[0].message.content
+    assert site.count("chat_usage") == usage_before + 1
+
+
+def test_the_usage_of_an_answer_given_while_the_lock_is_held_is_recorded_once_it_is_free(site, fake):
+    api = openai.OpenAI(base_url=site.url + "/v1", api_key=site.secret, max_retries=0, timeout=60)
+    usage_before = site.count("chat_usage")
+    stream = api.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "hi [[chunks:5]] [[delay:100]]"}], stream=True
+    )
+    with write_lock(site.path):
+        assert "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
+        # The usage row waits out SQLite's busy timeout (20 s), fails, and is tried again later.
+        deadline = time.monotonic() + 60
+        while "could not record API usage for carol yet, retrying" not in site.server.output():
+            assert time.monotonic() < deadline, site.server.output()[-2000:]
+            time.sleep(0.2)
+    deadline = time.monotonic() + 30
+    while site.count("chat_usage") == usage_before:
+        assert time.monotonic() < deadline, site.server.output()[-2000:]
+        time.sleep(0.2)
     assert site.count("chat_usage") == usage_before + 1
 
 
