@@ -12,6 +12,7 @@ again (the stall).
     .venv/bin/python bench/connect_storm.py                        # 1000/s for 10 s
     .venv/bin/python bench/connect_storm.py --rate 100 --seconds 10
     .venv/bin/python bench/connect_storm.py --no-guard             # WS_CONNECTS_PER_SECOND=0, WS_MAX_CONNECTING=0
+    .venv/bin/python bench/connect_storm.py --nginx                # through deploy/nginx/chat.conf (TLS, limit_req)
 """
 
 from __future__ import annotations
@@ -21,12 +22,14 @@ import asyncio
 import base64
 import json
 import os
+import ssl
 import statistics
 import struct
 import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -66,9 +69,34 @@ def sessions(database_url: str, users: int) -> list[str]:
     return json.loads(out.splitlines()[-1])
 
 
+@contextmanager
+def behind_nginx(daphne_port: int, folder: Path):
+    """The repo's nginx site (as tests/test_deploy.py runs it) in front of one daphne."""
+    import django
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatsite.settings")
+    django.setup()  # tests.test_deploy imports the tests' shared fixtures, which need Django
+    from tests.test_deploy import Nginx, free_port, render_site
+
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+         "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    http_port, https_port = free_port(), free_port()
+    (folder / "nginx").mkdir()
+    nginx = Nginx(folder / "nginx", render_site([daphne_port], http_port, https_port, cert, key), https_port, 30_000)
+    try:
+        yield nginx.url, https_port
+    finally:
+        nginx.stop()
+
+
 class Storm:
-    def __init__(self, port: int, keys: list[str]) -> None:
+    def __init__(self, port: int, keys: list[str], tls: ssl.SSLContext | None = None) -> None:
         self.port = port
+        self.tls = tls
         self.keys = keys
         self.accepted = self.refused = self.failed = 0
         self.latencies: list[float] = []
@@ -84,13 +112,13 @@ class Storm:
         started = time.monotonic()
         try:
             async with asyncio.timeout(30):
-                reader, writer = await asyncio.open_connection("127.0.0.1", self.port)
+                reader, writer = await asyncio.open_connection("127.0.0.1", self.port, ssl=self.tls)
                 key = base64.b64encode(os.urandom(16)).decode()
                 writer.write(
                     (
                         f"GET /ws/chat/ HTTP/1.1\r\nHost: 127.0.0.1:{self.port}\r\nUpgrade: websocket\r\n"
                         f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
-                        f"Origin: http://127.0.0.1:{self.port}\r\n"
+                        f"Origin: {'https' if self.tls else 'http'}://127.0.0.1:{self.port}\r\n"
                         f"Cookie: sessionid={self.keys[n % len(self.keys)]}\r\n\r\n"
                     ).encode()
                 )
@@ -141,7 +169,7 @@ class Storm:
 
 
 async def probe(url: str, results: list[tuple[float, float]], stop: asyncio.Event) -> None:
-    async with httpx.AsyncClient(timeout=120) as client:
+    async with httpx.AsyncClient(timeout=120, verify=False) as client:
         while not stop.is_set():
             started = time.monotonic()
             try:
@@ -155,8 +183,8 @@ async def probe(url: str, results: list[tuple[float, float]], stop: asyncio.Even
                 pass
 
 
-async def main(args: argparse.Namespace, url: str, port: int, keys: list[str]) -> None:
-    storm = Storm(port, keys)
+async def main(args: argparse.Namespace, url: str, port: int, keys: list[str], tls=None) -> None:
+    storm = Storm(port, keys, tls)
     results: list[tuple[float, float]] = []
     stop = asyncio.Event()
     prober = asyncio.create_task(probe(url, results, stop))
@@ -178,7 +206,8 @@ async def main(args: argparse.Namespace, url: str, port: int, keys: list[str]) -
     lat = sorted(storm.latencies) or [0.0]
     caught_up = f"after {recovered:.1f} s" if recovered is not None else "NOT within 60 s"
     print(
-        f"{args.rate}/s for {args.seconds:g} s, guard {'off' if args.no_guard else 'on'}: "
+        f"{args.rate}/s for {args.seconds:g} s, guard {'off' if args.no_guard else 'on'}"
+        f"{' behind nginx' if tls else ''}: "
         f"accepted {storm.accepted}, refused (4013) {storm.refused}, failed {storm.failed} {storm.reasons or ''}; "
         f"handshake p50 {statistics.median(lat) * 1000:.0f} ms, p99 {lat[int(len(lat) * 0.99) - 1] * 1000:.0f} ms; "
         f"probe worst during {max(during, default=0):.2f} s; "
@@ -192,6 +221,7 @@ if __name__ == "__main__":
     parser.add_argument("--seconds", type=float, default=10)
     parser.add_argument("--users", type=int, default=200, help="distinct sessions")
     parser.add_argument("--no-guard", action="store_true", help="turn the overload guard off")
+    parser.add_argument("--nginx", action="store_true", help="through deploy/nginx/chat.conf (needs nginx, openssl)")
     args = parser.parse_args()
     args.seconds = min(args.seconds, MAX_SECONDS)
     folder = tempfile.mkdtemp(prefix="storm-")
@@ -201,6 +231,12 @@ if __name__ == "__main__":
     if args.no_guard:
         env.update(WS_CONNECTS_PER_SECOND="0", WS_MAX_CONNECTING="0")
     with LiveServer(env) as live:
-        asyncio.run(main(args, live.url, live.port, keys))
+        if args.nginx:
+            with behind_nginx(live.port, Path(folder)) as (url, port):
+                tls = ssl.create_default_context()
+                tls.check_hostname, tls.verify_mode = False, ssl.CERT_NONE
+                asyncio.run(main(args, url, port, keys, tls))
+        else:
+            asyncio.run(main(args, live.url, live.port, keys))
         errors = [line for line in live.output().splitlines() if "ERROR" in line or "WARNING" in line]
         print(f"server log: {len(errors)} warnings/errors", *errors[:5], sep="\n  ")

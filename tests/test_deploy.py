@@ -66,7 +66,7 @@ def render_site(ports: list[int], http_port: int, https_port: int, cert: Path, k
 class Nginx:
     """nginx in the foreground, in a prefix folder of its own (pid, logs, temp files), with the repo's site."""
 
-    def __init__(self, folder: Path, site: str, https_port: int) -> None:
+    def __init__(self, folder: Path, site: str, https_port: int, connections: int = 1024) -> None:
         self.folder = folder
         self.https_port = https_port
         for temp in ("body", "proxy", "fastcgi", "uwsgi", "scgi"):
@@ -74,7 +74,7 @@ class Nginx:
         user = "user root;\n" if os.geteuid() == 0 else ""  # its workers must read the test's files
         (folder / "nginx.conf").write_text(
             f"{user}daemon off;\nworker_processes 1;\npid {folder}/nginx.pid;\nerror_log {folder}/error.log info;\n"
-            "events { worker_connections 1024; }\n"
+            f"worker_rlimit_nofile {2 * connections};\nevents {{ worker_connections {connections}; }}\n"
             f"http {{\n  include /etc/nginx/mime.types;\n  access_log {folder}/access.log;\n"
             + "".join(f"  {temp}_temp_path {folder}/{temp};\n" for temp in ("fastcgi", "uwsgi", "scgi", "proxy"))
             + f"  client_body_temp_path {folder}/body;\n{site}\n}}\n"
