@@ -78,12 +78,16 @@ def can_write(seconds: float) -> bool:
 
 
 def busy_response(path: str) -> HttpResponse:
-    """A 503 with Retry-After: OpenAI's error shape under /v1/, the page API's elsewhere."""
+    """A 503 with Retry-After: OpenAI's error shape under /v1/, the page API's under /api/, else a sentence."""
     if path.startswith("/v1/"):
-        body = error_body(MESSAGE, "server_error", "database_unavailable")
-    else:
+        response = HttpResponse(
+            error_body(MESSAGE, "server_error", "database_unavailable"), status=503, content_type="application/json"
+        )
+    elif path.startswith("/api/"):
         body = orjson.dumps({"error": {"code": "server_busy", "detail": MESSAGE}})
-    response = HttpResponse(body, status=503, content_type="application/json")
+        response = HttpResponse(body, status=503, content_type="application/json")
+    else:
+        response = HttpResponse(MESSAGE, status=503, content_type="text/plain; charset=utf-8")
     response["Retry-After"] = str(settings.API_RETRY_AFTER_SECONDS)
     return response
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import subprocess
 import sys
 import time
@@ -137,6 +138,28 @@ def test_the_usage_of_an_answer_given_while_the_lock_is_held_is_recorded_once_it
         assert time.monotonic() < deadline, site.server.output()[-2000:]
         time.sleep(0.2)
     assert site.count("chat_usage") == usage_before + 1
+
+
+def test_a_database_that_is_down_answers_503_with_retry_after_everywhere(site):
+    # PostgreSQL on a port where nothing listens: every query fails to connect.
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    with LiveServer({"DATABASE_URL": f"postgres://postgres@127.0.0.1:{port}/chat"}) as live:
+        started = time.monotonic()
+        api = openai.OpenAI(base_url=live.url + "/v1", api_key=site.secret, max_retries=0)
+        with pytest.raises(openai.APIStatusError) as refused:
+            api.models.list()
+        assert refused.value.status_code == 503 and refused.value.response.headers["Retry-After"] == "5"
+        assert refused.value.body["code"] == "database_unavailable"
+        cookies = {"sessionid": site.session}
+        listing = httpx.get(live.url + "/api/conversations", cookies=cookies)
+        assert listing.status_code == 503 and listing.headers["Retry-After"] == "5"
+        assert listing.json()["error"]["code"] == "server_busy"
+        page = httpx.get(live.url + "/", cookies=cookies)
+        assert page.status_code == 503 and page.text.startswith("The server is busy")
+        assert time.monotonic() - started < 10
+        assert "database unavailable for GET /api/conversations" in live.output()
 
 
 async def test_connects_beyond_the_rate_are_closed_with_4013_before_the_app_runs():
