@@ -1,4 +1,5 @@
-# The two commands: `make run` (set up and serve on http://127.0.0.1:8000) and `make test`.
+# The two commands: `make run` (set up and serve on http://127.0.0.1:8000) and `make test`;
+# `make lock` after changing requirements.txt or tests/requirements.txt.
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
@@ -6,19 +7,34 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test lint bench
+.PHONY: run test lint bench lock
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-$(VENV)/.server-deps: requirements.txt | $(BIN)/python
-	$(BIN)/pip install --quiet -r requirements.txt
+# Installed from the lock files: every package, transitive ones too, at one version with
+# its hashes, so a new release of a dependency changes nothing until `make lock` is run.
+$(VENV)/.server-deps: requirements.lock | $(BIN)/python
+	$(BIN)/pip install --quiet --require-hashes -r requirements.lock
 	touch $@
 
-$(VENV)/.test-deps: requirements.txt tests/requirements.txt | $(BIN)/python
-	$(BIN)/pip install --quiet -r tests/requirements.txt
+$(VENV)/.test-deps: requirements.lock tests/requirements.lock | $(BIN)/python
+	$(BIN)/pip install --quiet --require-hashes -r tests/requirements.lock
 	touch $@ $(VENV)/.server-deps
+
+# Rewrite the lock files from requirements.txt and tests/requirements.txt, from PyPI alone
+# (uv's default index, whatever extra indexes this machine's pip is set up with), for Python 3.11+ on any platform.
+# Pins already in a lock file are kept where they still fit; `make lock LOCK_ARGS=--upgrade`
+# moves every unpinned dependency to its newest release.
+UV_COMPILE = env -u UV_INDEX -u UV_EXTRA_INDEX_URL -u UV_FIND_LINKS -u UV_CONSTRAINT \
+	$(BIN)/uv pip compile --quiet --no-config \
+	--universal --python-version 3.11 --generate-hashes --custom-compile-command "make lock" $(LOCK_ARGS)
+# The server's lock constrains the tests' one: the tests run on the very versions the server is locked to.
+lock: | $(BIN)/python
+	$(BIN)/pip install --quiet "$$(grep '^uv==' tests/requirements.txt)"
+	$(UV_COMPILE) --output-file requirements.lock requirements.txt
+	$(UV_COMPILE) --constraints requirements.lock --output-file tests/requirements.lock tests/requirements.txt
 
 # Settings come from the environment; a .env file, if present, is read first.
 run: $(VENV)/.server-deps

@@ -73,6 +73,12 @@ class Stack:
             "DJANGO_ALLOWED_HOSTS": "127.0.0.1",
             "LOG_LEVEL": "WARNING",
             "FAKE_UPSTREAM_KEY": KEY,
+            # One user runs every stream here: the per-person limits (chat/limits.py) are off.
+            "CHAT_MAX_STREAMS": "0",
+            "API_MAX_STREAMS": "0",
+            "API_TOKEN_MAX_STREAMS": "0",
+            "RATE_LIMIT_PER_MINUTE": "0",
+            "API_TOKEN_RATE_LIMIT_PER_MINUTE": "0",
         }
         self.fake = subprocess.Popen(
             [sys.executable, "-m", "uvicorn", "chat.fakeupstream:app", "--port", str(fake_port), "--log-level",

@@ -18,17 +18,19 @@ class ProviderForm(forms.ModelForm):
 
     class Meta:
         model = Provider
-        fields = ["name", "base_url", "api_key", "default_model", "model_list", "enabled"]
+        fields = ["name", "base_url", "api_key", "default_model", "model_list", "max_connections", "enabled"]
 
     def clean_api_key(self):
         key = self.cleaned_data["api_key"]
+        # Provider.clean() refuses a kept key when the base URL moved to another server.
+        self.instance.key_entered = bool(key)
         return key or (self.instance.api_key if self.instance.pk else "")
 
 
 @admin.register(Provider)
 class ProviderAdmin(admin.ModelAdmin):
     form = ProviderForm
-    list_display = ["name", "base_url", "default_model", "enabled", "has_key", "updated"]
+    list_display = ["name", "base_url", "default_model", "max_connections", "enabled", "has_key", "updated"]
     list_filter = ["enabled"]
     search_fields = ["name", "base_url"]
 
@@ -120,7 +122,8 @@ class ApiTokenAdmin(admin.ModelAdmin):
     def has_add_permission(self, request):
         return False
 
-    @admin.action(description="Revoke the selected tokens")
+    # Revoking changes a token: staff who may only view tokens do not get the action.
+    @admin.action(description="Revoke the selected tokens", permissions=["change"])
     def revoke(self, request, queryset):
         for token in queryset:
             token.revoke()

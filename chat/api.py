@@ -10,12 +10,25 @@ from datetime import timedelta
 import orjson
 from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.db import transaction
 from django.http import HttpResponse, StreamingHttpResponse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
-from . import busy, upstream
-from .models import ApiToken, CatalogEntry, ChatError, Conversation, Message, Provider, Usage, client, timeouts
+from . import busy, limits, upstream
+from .models import (
+    ApiToken,
+    CatalogEntry,
+    ChatError,
+    Conversation,
+    Message,
+    Provider,
+    Usage,
+    client,
+    fit,
+    stream_state,
+    timeouts,
+)
 from .relay import Relay, RequestError, error_body, message_text, parse_request, prompt_chars, upstream_body
 
 log = logging.getLogger(__name__)
@@ -87,18 +100,27 @@ async def chat_completions(request):
     if token is None:
         return unauthorized()
     try:
-        body = parse_request(request.body)
+        body = parse_request(request.body, max_tokens=settings.MAX_TOKENS_LIMIT, max_n=settings.API_MAX_N)
     except RequestError as exc:
         return HttpResponse(exc.body(), status=exc.status, content_type="application/json")
     try:
         entry = await Provider.objects.aresolve(body["model"])
     except ChatError as exc:
         return openai_error(404, exc.detail, "invalid_request_error", "model_not_found")
-    # Refused before the upstream is asked (and paid) when its usage could not be recorded.
-    if not await sync_to_async(busy.can_write)(settings.API_DB_WAIT_SECONDS):
-        return busy.busy_response(request.path)
     payload, wants_usage = upstream_body(body, entry.model, settings.UPSTREAM_MAX_TOKENS)
     meter = Meter(token, entry, body)
+    try:
+        # A short wait for SQLite's write lock: a busy database is a quick 503 with Retry-After.
+        await sync_to_async(busy.waiting_briefly(meter.begin))()
+    except limits.LimitExceeded as exc:
+        return too_many(exc)
+    except busy.UNAVAILABLE as exc:
+        log.warning("database unavailable, refusing an API request for now: %s", exc)
+        return busy.busy_response(request.path)
+    except Exception:
+        # Nothing went upstream: an unmetered request is not sent at all.
+        log.exception("could not start API usage for %s", token.user)
+        return openai_error(503, "The server could not record this request; try again.", "server_error", "unavailable")
     if body.get("stream"):
         return await stream_completion(meter, payload, wants_usage)
     return await complete(meter, payload)
@@ -107,11 +129,29 @@ async def chat_completions(request):
 async def stream_completion(meter: Meter, payload: dict, wants_usage: bool) -> HttpResponse:
     provider = meter.entry.provider
     cleanup = AsyncExitStack()
-    opening = cleanup.enter_async_context(
-        upstream.open_stream(client(), provider.base_url, provider.api_key, payload, timeouts())
-    )
-    stream, refused = await meter.answer_of(opening)
+    # However the response ends (even unread), the usage row stops counting as streaming.
+    cleanup.push_async_callback(meter.record, "stopped", "the client disconnected")
+
+    async def opening():
+        await cleanup.enter_async_context(limits.provider_slot(provider.name, limits.provider_limit(provider)))
+        return await cleanup.enter_async_context(
+            upstream.open_stream(
+                client(),
+                provider.base_url,
+                provider.api_key,
+                payload,
+                timeouts(),
+                max_event=settings.UPSTREAM_MAX_LINE_BYTES,
+            )
+        )
+
+    try:
+        stream, refused = await meter.answer_of(opening())
+    except BaseException:
+        await cleanup.aclose()
+        raise
     if refused is not None:
+        await cleanup.aclose()
         return refused
     meter.state.request_id = stream.request_id or ""
     relay = Relay(stream, meter.state, forward_usage=wants_usage, heartbeat=settings.API_HEARTBEAT_SECONDS)
@@ -138,9 +178,19 @@ async def stream_completion(meter: Meter, payload: dict, wants_usage: bool) -> H
 
 async def complete(meter: Meter, payload: dict) -> HttpResponse:
     provider = meter.entry.provider
-    answer, refused = await meter.answer_of(
-        upstream.post_json(client(), provider.base_url, provider.api_key, payload, timeouts())
-    )
+
+    async def ask():
+        async with limits.provider_slot(provider.name, limits.provider_limit(provider)):
+            return await upstream.post_json(
+                client(),
+                provider.base_url,
+                provider.api_key,
+                payload,
+                timeouts(),
+                max_bytes=settings.API_MAX_RESPONSE_BYTES,
+            )
+
+    answer, refused = await meter.answer_of(ask())
     if refused is not None:
         return refused
     status, error = "complete", ""
@@ -164,6 +214,14 @@ def copy_headers(source, response: HttpResponse) -> None:
             response[name] = source[name]
 
 
+def too_many(exc: limits.LimitExceeded) -> HttpResponse:
+    """429 in OpenAI's shape (the SDKs raise RateLimitError), with Retry-After when a wait is known."""
+    response = openai_error(429, exc.detail, "rate_limit_error", exc.code)
+    if exc.retry_after is not None:
+        response["Retry-After"] = str(exc.retry_after)
+    return response
+
+
 def upstream_error(exc: upstream.UpstreamError) -> HttpResponse:
     """The upstream's own status and error body when it gave one, else 502/504 in OpenAI's shape."""
     if exc.kind == "http" and exc.status:
@@ -172,11 +230,13 @@ def upstream_error(exc: upstream.UpstreamError) -> HttpResponse:
             shaped = isinstance(orjson.loads(body).get("error"), dict)
         except (orjson.JSONDecodeError, AttributeError):
             shaped = False
-        if not shaped:
-            body = error_body(exc.message, "upstream_error", exc.code)
+        if not shaped:  # plain text or an HTML page: one line, e.g. "upstream 502: Bad Gateway"
+            body = error_body(str(exc), "upstream_error", exc.code)
         response = HttpResponse(body, status=exc.status, content_type="application/json")
         copy_headers(exc.headers, response)
         return response
+    if exc.kind == "busy":
+        return openai_error(503, f"Cannot start the request: {exc.message}.", "server_error", "provider_busy")
     status = 504 if exc.kind == "timeout" else 502
     return openai_error(status, str(exc), "upstream_error", exc.kind)
 
@@ -189,8 +249,28 @@ class Meter:
         self.entry = entry
         self.body = body
         self.started = timezone.now()
-        self.state = upstream.StreamState(started_at=asyncio.get_running_loop().time())
+        self.state = stream_state(asyncio.get_running_loop().time(), entry.provider.api_key)
         self.recorded = False
+        self.usage_id: int | None = None
+
+    def begin(self) -> None:
+        """Write the usage row as `streaming` before anything goes upstream, if the limits allow.
+
+        The row counts towards the streams and the rate limits from now on, and a crash
+        leaves it behind instead of losing the request.
+        """
+        with transaction.atomic():
+            limits.enforce(self.token.user, source=Usage.Source.API, token=self.token)
+            self.usage_id = Usage.objects.create(
+                user=self.token.user,
+                token=self.token,
+                provider=self.entry.provider,
+                source=Usage.Source.API,
+                model=self.entry.model,
+                started=self.started,
+                status=Message.Status.STREAMING,
+                prompt_tokens=upstream.estimate_tokens(prompt_chars(self.body["messages"])),
+            ).pk
 
     async def answer_of(self, request):
         """Await the upstream's answer; if it fails, meter the failure and give the response to send instead."""
@@ -234,20 +314,10 @@ class Meter:
                 return
 
     def _save(self, status: str, error: str, usage: dict) -> None:
-        user = self.token.user
         message = None
         if settings.API_STORE_CONVERSATIONS:
             message = self._store_conversation(status, error)
-        Usage.objects.create(
-            user=user,
-            token=self.token,
-            provider=self.entry.provider,
-            message=message,
-            source=Usage.Source.API,
-            model=self.entry.model,
-            started=self.started,
-            **Usage.ending(self.state, status, error, usage),
-        )
+        Usage.objects.filter(pk=self.usage_id).update(message=message, **Usage.ending(self.state, status, error, usage))
 
     def _store_conversation(self, status: str, error: str) -> Message:
         messages = self.body["messages"]
@@ -270,7 +340,7 @@ class Meter:
             reasoning=self.state.reasoning_text,
             tool_calls=self.state.tool_call_list or None,
             status=status,
-            finish_reason=self.state.finish_reason or "",
+            finish_reason=fit(Message, "finish_reason", self.state.finish_reason),
             error=error,
             model=self.entry.model,
         )

@@ -60,23 +60,6 @@ def waiting_briefly(function, seconds: float | None = None):
     return wrapper
 
 
-def can_write(seconds: float) -> bool:
-    """Whether a write could start within `seconds`: SQLite's lock taken and given back; a round trip elsewhere."""
-    if connection.vendor != "sqlite":
-        connection.ensure_connection()  # PostgreSQL down raises OperationalError: the 503 below
-        return True
-    if connection.in_atomic_block:
-        return True
-    try:
-        with short_wait(seconds), connection.cursor() as cursor:
-            cursor.execute("BEGIN IMMEDIATE")
-            cursor.execute("ROLLBACK")
-    except OperationalError as exc:
-        log.warning("database busy, refusing a request for now: %s", exc)
-        return False
-    return True
-
-
 def busy_response(path: str) -> HttpResponse:
     """A 503 with Retry-After: OpenAI's error shape under /v1/, the page API's under /api/, else a sentence."""
     if path.startswith("/v1/"):

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import math
 from typing import Any
 
 import orjson
@@ -11,68 +11,50 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
-from . import busy, generation
-from .generation import Job, control_group, conversation_group, frame, snapshot_frame
+from . import busy, generation, params
+from .generation import Job, control_group, conversation_group, frame, snapshot_frames
+from .limits import FRAME_LIMIT_CLOSE_CODE, FrameLimiter
 from .models import ChatError, Conversation, Message, Provider, begin_turn
 
-# name -> (accepted types, lowest, highest); bool is never a number here.
-NUMBER_PARAMS = {
-    "temperature": (0.0, 2.0),
-    "top_p": (0.0, 1.0),
-    "presence_penalty": (-2.0, 2.0),
-    "frequency_penalty": (-2.0, 2.0),
-}
-MAX_TOKENS_LIMIT = 1_000_000
-
 log = logging.getLogger(__name__)
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: Any) -> bool:
-    return (_is_int(value) or isinstance(value, float)) and math.isfinite(value)
 
 
 def parse_id(fields: dict, name: str, *, optional: bool = False) -> int | None:
     value = fields.get(name)
     if value is None and optional:
         return None
-    if not _is_int(value) or value < 1:
+    if not params.is_int(value) or value < 1:
         raise ChatError("bad_field", f"`{name}` must be a positive integer id.")
     return value
 
 
 def parse_params(value: Any) -> dict[str, Any]:
-    """The request parameters a user may set, checked by type and range."""
+    """The request parameters a user may set, checked by type and range (chat/params.py)."""
     if value is None:
         return {}
     if not isinstance(value, dict):
         raise ChatError("bad_field", "`params` must be an object.")
-    params: dict[str, Any] = {}
+    result: dict[str, Any] = {}
     for name, item in value.items():
-        if item is None:
-            params[name] = None  # unset a value stored on the conversation
-        elif name in NUMBER_PARAMS:
-            low, high = NUMBER_PARAMS[name]
-            if not _is_number(item) or not low <= item <= high:
-                raise ChatError("bad_param", f"`{name}` must be a number from {low} to {high}.")
-        elif name == "max_tokens":
-            if not _is_int(item) or not 1 <= item <= MAX_TOKENS_LIMIT:
-                raise ChatError("bad_param", f"`max_tokens` must be an integer from 1 to {MAX_TOKENS_LIMIT}.")
-        elif name == "stop":
-            stops = [item] if isinstance(item, str) else item
-            if (
-                not isinstance(stops, list)
-                or not 1 <= len(stops) <= 4
-                or not all(isinstance(s, str) and s for s in stops)
-            ):
-                raise ChatError("bad_param", "`stop` must be a string or a list of up to 4 strings.")
-        else:
+        if item is not None and name in params.CHAT_PARAMS:
+            try:
+                item = params.check_param(name, item, max_tokens=settings.MAX_TOKENS_LIMIT)
+            except params.ParamError as exc:
+                raise ChatError("bad_param", exc.message) from None
+        elif name not in params.CHAT_PARAMS:
             raise ChatError("bad_param", f"Unknown parameter `{name}`.")
-        params[name] = item
-    return params
+        result[name] = item  # None unsets a value stored on the conversation
+    return result
+
+
+def parse_system_prompt(value: Any) -> str | None:
+    """The same limit as the conversation PATCH."""
+    if value is None:
+        return None
+    try:
+        return params.check_system_prompt(value)
+    except params.ParamError as exc:
+        raise ChatError("bad_field", exc.message) from None
 
 
 def parse_content(value: Any) -> str:
@@ -97,6 +79,10 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         self.watching: set[int] = set()
         # reply id -> seq of the snapshot this socket got (None: waiting for it)
         self.attaching: dict[int, int | None] = {}
+        self.frames = FrameLimiter(
+            settings.CHAT_FRAME_RATE, settings.CHAT_FRAME_BURST, asyncio.get_running_loop().time()
+        )
+        self.closing = False
         await self.accept()
         generation.ensure_sweeper()
 
@@ -117,6 +103,8 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             await self.channel_layer.group_discard(conversation_group(conversation_id), self.channel_name)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs) -> None:
+        if not await self.within_frame_rate():
+            return
         try:
             if text_data is None:
                 raise ChatError("bad_frame", "Frames must be JSON text, not binary.")
@@ -131,6 +119,26 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             # Nothing was stored (the transaction rolled back); the page retries after a pause.
             log.warning("database unavailable for a websocket frame: %s", exc)
             await self.send_error("server_busy", busy.MESSAGE)
+
+    async def within_frame_rate(self) -> bool:
+        """Count the frame against this socket's bucket, before any parsing: a flood must stay cheap."""
+        limiter = getattr(self, "frames", None)
+        if limiter is None:
+            return True
+        if self.closing:
+            return False  # closed for flooding: what is still queued is dropped unread
+        verdict = limiter.take(asyncio.get_running_loop().time())
+        if verdict == "ok":
+            return True
+        if verdict == "close":
+            self.closing = True
+            await self.send_error("rate_limited", "Too many frames; the connection is closed.")
+            await self.close(code=FRAME_LIMIT_CLOSE_CODE)
+        elif limiter.first_refusal:
+            await self.send_error(
+                "rate_limited", f"Too many frames: at most {settings.CHAT_FRAME_RATE:g} a second. Slow down."
+            )
+        return False
 
     async def receive_json(self, content: Any, **kwargs) -> None:
         if not isinstance(content, dict):
@@ -160,14 +168,11 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
     # --- client frames --------------------------------------------------------
 
     async def on_send(self, fields: dict) -> None:
-        system_prompt = fields.get("system_prompt")
-        if system_prompt is not None and not isinstance(system_prompt, str):
-            raise ChatError("bad_field", "`system_prompt` must be a string.")
         await self.start_turn(
             fields,
             conversation_id=parse_id(fields, "conversation", optional=True),
             content=parse_content(fields.get("content")),
-            system_prompt=system_prompt,
+            system_prompt=parse_system_prompt(fields.get("system_prompt")),
         )
 
     async def on_regenerate(self, fields: dict) -> None:
@@ -258,17 +263,18 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         if event["message"] in self.attaching and self.attaching[event["message"]] is None:
             self.attaching[event["message"]] = event["seq"]
             await self.send(text_data=event["text"])
+            for text in event.get("parts", ()):  # a long reply's snapshot, frame by frame
+                await self.send(text_data=text)
 
     async def chat_done(self, event: dict) -> None:
         message_id = event["message"]
         if message_id in self.attaching and self.attaching.pop(message_id) is None:
             # The stream ended before its snapshot reached us: the saved text is final.
             reply = await Message.objects.aget(pk=message_id)
-            await self.send(
-                text_data=snapshot_frame(
-                    reply.conversation_id, reply.pk, reply.content, reply.reasoning, reply.status, reply.model, None
-                )
-            )
+            for text in snapshot_frames(
+                reply.conversation_id, reply.pk, reply.content, reply.reasoning, reply.status, reply.model, None
+            ):
+                await self.send(text_data=text)
         await self.send(text_data=event["text"])
 
 

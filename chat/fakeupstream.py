@@ -22,12 +22,17 @@ Routes (any path prefix is accepted, so the app can be mounted anywhere)::
     POST .../(i14|api14|infyrence)/v1/chat/completions
 
 The scenario is chosen by ``[[name]]`` / ``[[name:value]]`` directives in the
-last user message: echo, chunks:N, reasoning:N, delay:MS, fault:cut|eof|midstream|malformed,
-status:CODE, tools, length, comment, stamp (see ``FakeUpstream``).
+last user message: echo, chunks:N, size:N, reasoning:N, delay:MS, wait:MS,
+fault:cut|eof|midstream|malformed, malformed:N, status:CODE, html, echoauth, tools,
+length, comment, stamp (see ``FakeUpstream``).
 
 Every chat/completions request is recorded as a ``StreamRecord`` whose
 ``threading.Event`` attributes let tests running in another thread wait for the
-fake without sleeping.
+fake without sleeping. The log keeps the last ``max_records`` requests.
+
+Served as the demo upstream (in the server's own process), ``caps`` bounds the
+numeric directives (``DEMO_CAPS``) so one message cannot freeze the process, and
+``keep_bytes=False`` keeps the log small.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ import secrets
 import string
 import threading
 import time
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from json.encoder import encode_basestring  # type: ignore[attr-defined]
@@ -130,6 +136,9 @@ _PH_JSON = encode_basestring(_PH)  # '"\\u0000"'
 _COST_PH = "\x01cost"
 _COST_PH_JSON = encode_basestring(_COST_PH)
 _NO_FINISH = object()
+MALFORMED_LINE = b"data: {unreadable\n\n"
+# Upper bounds of the numeric directives when the fake serves as the demo upstream.
+DEMO_CAPS = {"chunks": 5000, "size": 2000, "reasoning": 1000, "delay": 2000, "wait": 10000, "malformed": 10}
 
 
 class UpstreamCut(Exception):
@@ -218,6 +227,19 @@ def _message_text(content: Any) -> str:
                 parts.append(part["text"])
         return "\n".join(parts)
     return ""
+
+
+def _capped(directives: dict[str, str], caps: dict[str, int]) -> dict[str, str]:
+    """The directives with each numeric one lowered to its cap."""
+    out = dict(directives)
+    for name, cap in caps.items():
+        try:
+            value = float(out[name])
+        except (KeyError, ValueError):
+            continue
+        if not value <= cap:  # NaN too
+            out[name] = str(cap)
+    return out
 
 
 def _fmt_cost(nano: int) -> str:
@@ -318,6 +340,7 @@ class _Plan:
     comment: bool
     include_usage: bool
     stamp: bool = False  # prefix each content piece with "@<unix time> " (benchmarks)
+    malformed: int = 0  # unreadable data: lines, one after each of the first N content pieces
 
     @property
     def completion_tokens(self) -> int:
@@ -480,13 +503,26 @@ class FakeUpstream:
     ``[[length]]`` stop after a third with finish_reason "length"; ``[[comment]]``
     ``: keep-alive`` comment lines between chunks; ``[[stamp]]`` each content piece
     starts with ``@<unix time of sending> `` (for latency benchmarks).
+    ``[[size:N]]`` each filler chunk (``chunks:N``) is N characters long (one N-byte line of
+    ~1000-character paragraphs);
+    ``[[malformed:N]]`` an unreadable ``data:`` line after each of the first N content
+    chunks, the stream going on; ``[[wait:MS]]`` nothing at all (not even headers) for MS
+    before the answer; with ``[[status:CODE]]``: ``[[html]]`` an HTML error page instead of
+    JSON, ``[[echoauth]]`` the request's Authorization header echoed in the error message.
+    ``[[finish:TEXT]]`` the finish_reason of a finished stream; ``[[longid]]`` a 300-character
+    completion id (also infyrence's X-Request-Id).
     """
 
-    def __init__(self, api_key: str = "fake-key", *, delay: float = 0.0, max_records: int = 1000) -> None:
+    def __init__(
+        self, api_key: str = "fake-key", *, delay: float = 0.0, max_records: int = 1000,
+        caps: dict[str, int] | None = None, keep_bytes: bool = True,
+    ) -> None:  # fmt: skip
         self.api_key = api_key
         self.delay = delay
         self.max_records = max_records
-        self.streams: list[StreamRecord] = []
+        self.caps = caps
+        self.keep_bytes = keep_bytes
+        self.streams: deque[StreamRecord] = deque(maxlen=max_records or None)
 
     def last(self) -> StreamRecord:
         return self.streams[-1]
@@ -540,8 +576,6 @@ class FakeUpstream:
         record = StreamRecord(dialect=dialect, path=path, headers=headers)
         record.id = _new_id(dialect)
         self.streams.append(record)
-        if self.max_records and len(self.streams) > self.max_records:
-            del self.streams[: len(self.streams) - self.max_records]
         state = _State()
         watcher: asyncio.Task[None] | None = None
         try:
@@ -589,11 +623,9 @@ class FakeUpstream:
 
     @staticmethod
     async def _respond(send: Any, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
-        headers = [
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(body)).encode()),
-            *headers,
-        ]
+        if not any(name == b"content-type" for name, _ in headers):
+            headers = [(b"content-type", b"application/json"), *headers]
+        headers = [(b"content-length", str(len(body)).encode()), *headers]
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body, "more_body": False})
 
@@ -727,8 +759,18 @@ class FakeUpstream:
                 text = _message_text(message.get("content"))
                 break
         directives = {name: value or "" for name, value in DIRECTIVE_RE.findall(text)}
+        if self.caps:
+            directives = _capped(directives, self.caps)
         record.directives = directives
         clean = DIRECTIVE_RE.sub("", text).strip()
+        if "longid" in directives:
+            record.id = rid = (record.id + "x" * 300)[:300]
+
+        wait = _nonneg_int(directives.get("wait"))
+        if wait:
+            await asyncio.wait({watcher}, timeout=wait / 1000)  # silence, unless the client leaves
+            if state.disconnected:
+                return
 
         status = _nonneg_int(directives.get("status"))
         if status is not None and 400 <= status <= 599:
@@ -736,6 +778,18 @@ class FakeUpstream:
                 http.HTTPStatus(status)
             except ValueError:
                 status = None
+            if status is not None and "html" in directives:
+                state.ended = True
+                record.status = status
+                phrase = http.HTTPStatus(status).phrase
+                page = f"<html>\r\n<head><title>{status} {phrase}</title></head>\r\n<body>\r\n"
+                page += f"<center><h1>{status} {phrase}</h1></center>\r\n<hr><center>nginx</center>\r\n</body>\r\n"
+                page += "</html>\r\n" + "<!-- padding -->\r\n" * 6
+                headers = [(b"content-type", b"text/html")]
+                return await self._respond(send, status, page.encode(), headers)
+            if status is not None and "echoauth" in directives:
+                authorization = record.headers.get("authorization", "")
+                return await fail(status, f"Request refused (you sent Authorization: {authorization}).")
             if status is not None:
                 return await fail(status)
 
@@ -772,6 +826,13 @@ class FakeUpstream:
         content: list[Any]
         if tools:
             content = _tool_items()
+        elif n_chunks is not None and _nonneg_int(directives.get("size")):
+            size = _nonneg_int(directives.get("size")) or 0
+            # Paragraphs of about 1000 characters, as a long real answer has.
+            paragraph = (" ".join(_FILLER_WORDS) + " ") * 7
+            paragraph = paragraph[:998].rstrip() + ".\n\n"
+            piece = (paragraph * (size // len(paragraph) + 1))[:size]
+            content = [piece] * n_chunks
         elif n_chunks is not None:
             content = [_FILLER_WORDS[i % len(_FILLER_WORDS)] + " " for i in range(n_chunks)]
         elif "echo" in directives:
@@ -781,7 +842,7 @@ class FakeUpstream:
             if dialect == "i14":
                 answer = "\n\n" + answer  # i14 answers start with a blank line (doc samples)
             content = _split(answer)
-        finish = "tool_calls" if tools else "stop"
+        finish = directives.get("finish") or ("tool_calls" if tools else "stop")
 
         if "length" in directives:
             content = content[: max(1, len(content) // 3)] if content else content
@@ -826,6 +887,7 @@ class FakeUpstream:
             comment="comment" in directives,
             include_usage=include_usage,
             stamp="stamp" in directives,
+            malformed=_nonneg_int(directives.get("malformed")) or 0,
         )
 
     def _events(self, plan: _Plan, enc: _Encoder, record: StreamRecord) -> Iterator[bytes]:
@@ -843,9 +905,11 @@ class FakeUpstream:
                 yield enc.tool(frags, first)
                 first = False
         else:
-            for piece in content:
+            for index, piece in enumerate(content):
                 yield enc.piece("c", STAMP.decode() + piece if plan.stamp else piece, first)
                 first = False
+                if index < plan.malformed:
+                    yield MALFORMED_LINE
         if plan.fault == "midstream":
             yield from enc.midstream()
             return
@@ -903,7 +967,8 @@ class FakeUpstream:
                 event = event.replace(STAMP, f"@{time.time():.6f} ".encode(), 1)
             await send({"type": "http.response.body", "body": event, "more_body": True})
             sent_at.append(monotonic())
-            sent.append(event)
+            if self.keep_bytes:
+                sent.append(event)
             i += 1
         if state.disconnected:
             return

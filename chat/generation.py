@@ -22,8 +22,8 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from . import upstream
-from .models import Conversation, Message, Provider, Turn, Usage, client, timeouts
+from . import limits, upstream
+from .models import Conversation, Message, Provider, Turn, Usage, client, fit, stream_state, timeouts
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +65,50 @@ def snapshot_frame(conversation: int, message: int, content: str, reasoning: str
     )  # fmt: skip
 
 
+# Characters of text in one frame. Daphne drops a socket that is sent a frame over 1 MiB,
+# and JSON escaping can make a character six bytes ("\u001f"): 128 Ki characters stay under it.
+MAX_FRAME_CHARS = 128 * 1024
+
+
+def split_text(reasoning: str, content: str, size: int = MAX_FRAME_CHARS) -> list[tuple[str, str]]:
+    """(reasoning, content) pieces of at most `size` characters together, reasoning first; at least one."""
+    parts: list[tuple[str, str]] = []
+    r = c = 0
+    while r < len(reasoning) or c < len(content) or not parts:
+        reasoning_part = reasoning[r : r + size]
+        r += len(reasoning_part)
+        room = size - len(reasoning_part)
+        content_part = content[c : c + room] if room else ""
+        c += len(content_part)
+        parts.append((reasoning_part, content_part))
+    return parts
+
+
+def snapshot_frames(conversation: int, message: int, content: str, reasoning: str, status: str, model: str,
+                    seq: int | None) -> list[str]:  # fmt: skip
+    """snapshot_frame() cut into frames a socket can take: a `snapshot` with `more: true`
+    followed by `snapshot_part` frames whose text is appended, the last with `more: false`."""
+    parts = split_text(reasoning, content)
+    if len(parts) == 1:
+        return [snapshot_frame(conversation, message, content, reasoning, status, model, seq)]
+    texts = []
+    for index, (reasoning_part, content_part) in enumerate(parts):
+        more = index < len(parts) - 1
+        if index == 0:
+            texts.append(frame(
+                type="snapshot", conversation=conversation, message=message, content=content_part,
+                reasoning=reasoning_part, status=status, model=model, seq=seq, more=more,
+            ))  # fmt: skip
+        else:
+            fields: dict[str, Any] = {"type": "snapshot_part", "message": message, "more": more}
+            if content_part:
+                fields["content"] = content_part
+            if reasoning_part:
+                fields["reasoning"] = reasoning_part
+            texts.append(frame(**fields))
+    return texts
+
+
 async def send_done(conversation: int, message: int, status: str, finish_reason: str | None,
                     usage: dict | None, error: str) -> None:  # fmt: skip
     """The `done` frame to every socket watching the conversation."""
@@ -92,6 +136,7 @@ class Job:
     model: str
     payload: dict[str, Any]
     prompt_chars: int
+    max_connections: int = 1  # the provider's connections per process (chat/limits.py)
 
     @classmethod
     def for_turn(cls, turn: Turn, provider: Provider, model: str, params: dict) -> Job:
@@ -109,6 +154,7 @@ class Job:
             model=model,
             payload=payload,
             prompt_chars=sum(len(m["content"]) for m in turn.history),
+            max_connections=limits.provider_limit(provider),
         )
 
 
@@ -133,7 +179,7 @@ class Generation:
         self.group = conversation_group(job.conversation_id)
         self.window = settings.CHAT_COALESCE_MS / 1000
         loop = asyncio.get_running_loop()
-        self.state = upstream.StreamState(started_at=loop.time())
+        self.state = stream_state(loop.time(), job.api_key)
         self.seq = 0
         self._pending_content: list[str] = []
         self._pending_reasoning: list[str] = []
@@ -207,7 +253,12 @@ class Generation:
     async def _read(self) -> None:
         job, state = self.job, self.state
         loop = asyncio.get_running_loop()
-        async with upstream.open_stream(client(), job.base_url, job.api_key, job.payload, timeouts()) as stream:
+        async with (
+            limits.provider_slot(job.provider_name, job.max_connections),
+            upstream.open_stream(
+                client(), job.base_url, job.api_key, job.payload, timeouts(), max_event=settings.UPSTREAM_MAX_LINE_BYTES
+            ) as stream,
+        ):
             state.request_id = stream.request_id or ""
             async for event in stream.events():
                 if event.data is None:
@@ -219,6 +270,8 @@ class Generation:
                     self._pending_reasoning.append(reasoning)
                 if content or reasoning:
                     self._dirty.set()
+                if state.full:
+                    raise state.too_large()
                 if state.done:
                     break
 
@@ -241,16 +294,19 @@ class Generation:
             return
         content, self._pending_content = "".join(self._pending_content), []
         reasoning, self._pending_reasoning = "".join(self._pending_reasoning), []
-        self.seq += 1
         self._last_flush = asyncio.get_running_loop().time()
-        fields: dict[str, Any] = {"type": "delta", "message": self.job.message_id, "seq": self.seq}
-        if content:
-            fields["content"] = content
-        if reasoning:
-            fields["reasoning"] = reasoning
-        await self.layer.group_send(
-            self.group, {"type": "chat.delta", "message": self.job.message_id, "seq": self.seq, "text": frame(**fields)}
-        )
+        # Nearly always one part; a huge upstream chunk becomes several deltas, each under the frame limit.
+        for reasoning_part, content_part in split_text(reasoning, content):
+            self.seq += 1
+            fields: dict[str, Any] = {"type": "delta", "message": self.job.message_id, "seq": self.seq}
+            if content_part:
+                fields["content"] = content_part
+            if reasoning_part:
+                fields["reasoning"] = reasoning_part
+            await self.layer.group_send(
+                self.group,
+                {"type": "chat.delta", "message": self.job.message_id, "seq": self.seq, "text": frame(**fields)},
+            )
 
     async def _listen(self, control: str) -> None:
         while True:
@@ -262,23 +318,21 @@ class Generation:
             elif request["type"] == "generation.snapshot":
                 async with self._lock:
                     await self._flush()
+                    first, *parts = snapshot_frames(
+                        self.job.conversation_id,
+                        self.job.message_id,
+                        self.state.text,
+                        self.state.reasoning_text,
+                        Message.Status.STREAMING,
+                        self.job.model,
+                        self.seq,
+                    )
                     await self.layer.send(
                         request["reply_to"],
-                        {
-                            "type": "chat.snapshot",
-                            "message": self.job.message_id,
-                            "seq": self.seq,
-                            "text": snapshot_frame(
-                                self.job.conversation_id,
-                                self.job.message_id,
-                                self.state.text,
-                                self.state.reasoning_text,
-                                Message.Status.STREAMING,
-                                self.job.model,
-                                self.seq,
-                            ),
-                        },
-                    )
+                        # `parts`: the snapshot's continuation frames, sent right after `text`.
+                        {"type": "chat.snapshot", "message": self.job.message_id, "seq": self.seq, "text": first,
+                         "parts": parts},
+                    )  # fmt: skip
 
     # --- to the database ------------------------------------------------------
 
@@ -322,7 +376,7 @@ class Generation:
                 reasoning=state.reasoning_text,
                 tool_calls=state.tool_call_list or None,
                 status=status,
-                finish_reason=state.finish_reason or "",
+                finish_reason=fit(Message, "finish_reason", state.finish_reason),
                 error=error,
                 updated=now,
             )
@@ -335,7 +389,7 @@ def _describe(exc: upstream.UpstreamError) -> str:
     if exc.kind == "http":
         code = f" {exc.code}" if exc.code and exc.code != str(exc.status) else ""
         text = f"The upstream refused the request ({exc.status}{code}): {exc.message}"
-        if exc.retry_after:
+        if exc.retry_after and "retry" not in exc.message.lower():  # the upstream may have said so already
             text += f" Retry after {exc.retry_after} s."
         return text
     if exc.kind == "cut":
@@ -344,7 +398,11 @@ def _describe(exc: upstream.UpstreamError) -> str:
         return f"The upstream timed out: {exc.message}."
     if exc.kind == "connect":
         return f"Cannot reach the upstream: {exc.message}."
-    return f"The upstream sent something unreadable: {exc.message}"
+    if exc.kind == "busy":
+        return f"Cannot start the answer: {exc.message}."
+    if exc.kind == "too_large":
+        return f"The answer was stopped because {exc.message}; the text so far was kept."
+    return f"The upstream sent something unreadable ({exc.message}); the text so far was kept."
 
 
 # --- orphans ------------------------------------------------------------------

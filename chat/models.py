@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import models, transaction
 from django.db.models import Count, Q, Sum
 from django.utils import timezone
@@ -37,11 +38,31 @@ def timeouts() -> upstream.Timeouts:
         connect=settings.UPSTREAM_CONNECT_TIMEOUT,
         read=settings.UPSTREAM_READ_TIMEOUT,
         deadline=settings.UPSTREAM_DEADLINE,
+        first_byte=settings.UPSTREAM_FIRST_BYTE_TIMEOUT,
     )
 
 
+def stream_state(started_at: float, api_key: str = "") -> upstream.StreamState:
+    """A stream's accumulator with this install's limits (reply size, unreadable events)."""
+    return upstream.StreamState(
+        started_at=started_at,
+        max_reply=settings.CHAT_MAX_REPLY_BYTES,
+        max_malformed=settings.UPSTREAM_MAX_MALFORMED,
+        secrets=(api_key,) if api_key else (),
+    )
+
+
+def fit(model: type[models.Model], field: str, value: str | None) -> str:
+    """An upstream-derived string cut to its column (PostgreSQL refuses longer ones)."""
+    limit = model._meta.get_field(field).max_length
+    value = value or ""
+    return value[:limit] if limit is not None else value
+
+
 def client():
-    return upstream.shared_client(settings.UPSTREAM_MAX_CONNECTIONS)
+    return upstream.shared_client(
+        settings.UPSTREAM_MAX_CONNECTIONS, allow_link_local=settings.UPSTREAM_ALLOW_LINK_LOCAL
+    )
 
 
 # --- providers ----------------------------------------------------------------
@@ -134,6 +155,13 @@ class Provider(models.Model):
         "models", blank=True, help_text="One model id per line. Empty: ask the upstream's GET /models."
     )
     enabled = models.BooleanField(default=True)
+    max_connections = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="Upstream connections this provider may hold at once, per server process, so a slow "
+        "provider cannot take every connection. Empty: UPSTREAM_PROVIDER_MAX_CONNECTIONS "
+        "(half of UPSTREAM_MAX_CONNECTIONS).",
+    )
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
 
@@ -149,6 +177,36 @@ class Provider(models.Model):
     def is_demo(self) -> bool:
         return self.name == DEMO_PROVIDER and "/_demo/" in self.base_url
 
+    # Set by whoever took the key from a person just now (the admin form), so a key typed
+    # again, even the same one, counts as entered again; never stored.
+    key_entered = False
+
+    def clean(self) -> None:
+        """Refuse link-local and metadata hosts, and a stored key following the base URL to another server."""
+        super().clean()
+        host = upstream.origin(self.base_url)[1]
+        address = upstream.refused_literal(host)
+        if address and not settings.UPSTREAM_ALLOW_LINK_LOCAL:
+            raise ValidationError(
+                {
+                    "base_url": f"{address} is a link-local or cloud metadata address; such upstreams are refused "
+                    "(UPSTREAM_ALLOW_LINK_LOCAL=1 allows them)."
+                }
+            )
+        if self.pk and self.api_key and not self.key_entered:
+            stored = Provider.objects.filter(pk=self.pk).values("base_url", "api_key").first()
+            if (
+                stored
+                and stored["api_key"] == self.api_key
+                and upstream.origin(stored["base_url"]) != upstream.origin(self.base_url)
+            ):
+                raise ValidationError(
+                    {
+                        "api_key": "The base URL now points at another server (its scheme, host or port changed): "
+                        "enter the API key again, so the stored key is not sent there."
+                    }
+                )
+
     async def amodel_ids(self) -> list[str]:
         """This provider's models: the configured list, else GET /models (cached a few minutes)."""
         listed = [line.strip() for line in self.model_list.splitlines() if line.strip()]
@@ -160,6 +218,9 @@ class Provider(models.Model):
         ttl = settings.UPSTREAM_MODELS_CACHE_SECONDS
         try:
             ids = await upstream.list_models(client(), self.base_url, self.api_key, timeouts())
+            # An id too long for the model columns (stored as name/id) could never be saved.
+            longest = Conversation._meta.get_field("model").max_length - len(self.name) - 1
+            ids = [model_id for model_id in ids if len(model_id) <= longest]
         except upstream.UpstreamError as exc:
             log.warning("provider %s: cannot list models: %s", self.name, exc)
             ids, ttl = [], 30
@@ -310,9 +371,13 @@ def begin_turn(
 
     content alone: a new message. edit=<id of the last user message> with content:
     replace its text and drop what followed. Neither: regenerate the last reply.
-    Refused while a reply streams in the conversation: one stream per conversation.
+    Refused while a reply streams in the conversation: one stream per conversation,
+    and over the user's limits (chat/limits.py), before anything is stored.
     """
+    from . import limits
+
     with transaction.atomic():
+        limits.enforce(user, source=Usage.Source.CHAT)
         if conversation_id is None:
             conversation = Conversation.objects.create(owner=user, title=Conversation.title_for(content or ""))
         else:
@@ -466,12 +531,12 @@ class Usage(models.Model):
     def ending(state: upstream.StreamState, status: str, error: str, metering: dict) -> dict:
         """The fields a finished stream writes on its usage row."""
         return {
-            "upstream_id": state.upstream_id,
-            "request_id": state.request_id,
+            "upstream_id": fit(Usage, "upstream_id", state.upstream_id),
+            "request_id": fit(Usage, "request_id", state.request_id),
             "upstream_perf": state.perf,
             "ended": timezone.now(),
             "status": status,
-            "finish_reason": state.finish_reason or "",
+            "finish_reason": fit(Usage, "finish_reason", state.finish_reason),
             "error": error,
             **metering,
         }

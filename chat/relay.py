@@ -5,6 +5,11 @@ as it arrives. What changes: a comment line opens the stream and another fills e
 silence of HEARTBEAT seconds (so proxies keep it open), the usage-only chunk that the
 relay itself asked for is dropped when the client did not ask for it, and a stream the
 upstream ends without `[DONE]` gets one (after an error event if it ended mid-answer).
+
+The same rules as the chat's bound what is relayed: an event that is not JSON is
+skipped (not forwarded: the SDKs would raise on it) and counted, and the stream
+ends with an error event once there are StreamState.max_malformed of them or the
+reply passes StreamState.max_reply; an upstream error event has secrets scrubbed.
 """
 
 from __future__ import annotations
@@ -16,8 +21,9 @@ from typing import Any
 
 import orjson
 
+from .params import ParamError, check_request
 from .sse import ServerSentEvent
-from .upstream import DONE, StreamState, UpstreamError, UpstreamStream, parse_chunk
+from .upstream import DONE, StreamState, UpstreamError, UpstreamStream, scrub
 
 OPENING = b": connected\n\n"
 KEEP_ALIVE = b": keep-alive\n\n"
@@ -42,22 +48,18 @@ def error_body(message: str, type: str, code: str | None = None, param: str | No
     return orjson.dumps({"error": {"message": message, "type": type, "param": param, "code": code}})
 
 
-def parse_request(raw: bytes) -> dict[str, Any]:
-    """The client's chat completion request, checked as far as the relay needs."""
+def parse_request(raw: bytes, *, max_tokens: int = 32768, max_n: int = 1) -> dict[str, Any]:
+    """The client's chat completion request: only the supported fields, each checked (chat/params.py)."""
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError:
         raise RequestError(400, "The request body is not valid JSON.") from None
     if not isinstance(body, dict):
         raise RequestError(400, "The request body must be a JSON object.")
-    if not isinstance(body.get("model"), str) or not body["model"]:
-        raise RequestError(400, "you must provide a model parameter", code="missing_model", param="model")
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
-        raise RequestError(400, "`messages` must be a non-empty array of message objects.", param="messages")
-    if not isinstance(body.get("stream", False), bool):
-        raise RequestError(400, "`stream` must be a boolean.", param="stream")
-    return body
+    try:
+        return check_request(body, max_tokens=max_tokens, max_n=max_n)
+    except ParamError as exc:
+        raise RequestError(400, exc.message, code=exc.code, param=exc.param or None) from None
 
 
 def upstream_body(body: dict[str, Any], model: str, max_tokens: int) -> tuple[dict[str, Any], bool]:
@@ -99,22 +101,22 @@ class Relay:
         self.forward_usage = forward_usage
         self.heartbeat = heartbeat
         self.failure: UpstreamError | None = None
-        self.malformed = 0
+
+    @property
+    def malformed(self) -> int:
+        """Unreadable events skipped so far."""
+        return self.state.malformed
 
     @property
     def status(self) -> str:
         if self.failure is not None:
             return "interrupted" if self.failure.kind == "cut" else "failed"
-        if self.malformed:
-            return "failed"
         return self.state.outcome()
 
     @property
     def error(self) -> str:
         if self.failure is not None:
             return str(self.failure)
-        if self.malformed:
-            return f"the upstream sent {self.malformed} malformed event(s)"
         if self.state.outcome() == "failed":
             return self.state.error_message()
         if self.state.outcome() == "interrupted":
@@ -141,11 +143,18 @@ class Relay:
                 if isinstance(item, UpstreamError):
                     self.failure = item
                     break
-                forwarded = self._take(item)
+                try:
+                    forwarded = self._take(item)
+                except UpstreamError as exc:  # too many unreadable events
+                    self.failure = exc
+                    break
                 if forwarded is not None:
                     yield forwarded
                 if self.state.done:
                     return
+                if self.state.full:
+                    self.failure = self.state.too_large()
+                    break
             yield from_ending(self)
         finally:
             pump.cancel()
@@ -160,13 +169,15 @@ class Relay:
         if event.data == DONE:
             self.state.done = True
             return event.raw
-        try:
-            chunk = parse_chunk(event.data)
-        except UpstreamError:
-            self.malformed += 1
-            return event.raw
+        chunk = self.state.parse(event.data)
+        if chunk is None:
+            return None  # skipped and counted
         self.state.feed_chunk(chunk, loop_time)
-        if not self.forward_usage and chunk.get("choices") == [] and chunk.get("usage") and "error" not in chunk:
+        if "error" in chunk:
+            # Rare, so re-encoding is fine: an upstream may echo the request's key in its error.
+            scrubbed = scrub(event.raw.decode("utf-8", "replace"), self.state.secrets).encode()
+            return scrubbed if scrubbed != event.raw else event.raw
+        if not self.forward_usage and chunk.get("choices") == [] and chunk.get("usage"):
             return None
         return event.raw
 
@@ -184,11 +195,16 @@ class Relay:
             await events.aclose()
 
 
+# The error event's code, by UpstreamError kind; any other failure is an interruption.
+ENDING_CODES = {"too_large": "reply_too_large", "protocol": "upstream_malformed", "timeout": "upstream_timeout"}
+
+
 def from_ending(relay: Relay) -> bytes:
     """What closes a stream the upstream ended without [DONE]."""
-    if relay.status in ("interrupted", "failed") and relay.state.error is None and not relay.malformed:
+    if relay.status in ("interrupted", "failed") and (relay.state.error is None or relay.failure is not None):
         # Ended mid-answer with no error of its own: say so in OpenAI's form, which SDKs raise.
         message = relay.error or "the upstream stream failed"
-        event = orjson.dumps({"error": {"message": message, "type": "upstream_error", "code": "upstream_interrupted"}})
+        code = ENDING_CODES.get(relay.failure.kind if relay.failure else "", "upstream_interrupted")
+        event = orjson.dumps({"error": {"message": message, "type": "upstream_error", "code": code}})
         return b"data: " + event + b"\n\n" + DONE_EVENT
     return DONE_EVENT

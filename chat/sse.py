@@ -26,18 +26,39 @@ class ServerSentEvent:
     retry: int | None = None
 
 
+class LineTooLong(ValueError):
+    """An event grew past the decoder's cap before its line or its event ended."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"the upstream sent an event longer than {limit} bytes")
+        self.limit = limit
+
+
 class SSEDecoder:
-    """Incremental decoder: feed() network reads, close() at end of stream."""
+    """Incremental decoder: feed() network reads, close() at end of stream.
 
-    __slots__ = ("_buffer", "_comment", "_data", "_event", "_last_id", "_raw", "_retry")
+    max_event caps the bytes of one unfinished event (its lines so far and the line
+    being read); past it feed() raises LineTooLong instead of buffering on.
+    """
 
-    def __init__(self) -> None:
-        self._buffer = b""
+    __slots__ = (
+        "_comment", "_cr_pending", "_data", "_event", "_last_id", "_partial", "_partial_len", "_raw",
+        "_raw_len", "_retry", "max_event",
+    )  # fmt: skip
+
+    def __init__(self, max_event: int | None = None) -> None:
+        self.max_event = max_event
+        # The unfinished line as the reads that brought it: joined once, when its end
+        # arrives, so a long line costs linear time however many reads it spans.
+        self._partial: list[bytes] = []
+        self._partial_len = 0
+        self._cr_pending = False  # the unfinished line ends with CR: maybe half of a CRLF
         self._last_id: str | None = None
         self._reset()
 
     def _reset(self) -> None:
         self._raw: list[bytes] = []
+        self._raw_len = 0
         self._data: list[bytes] = []
         self._event: str | None = None
         self._retry: int | None = None
@@ -46,28 +67,61 @@ class SSEDecoder:
     @property
     def pending(self) -> bytes:
         """Bytes received but not yet part of a dispatched event."""
-        return b"".join(self._raw) + self._buffer
+        return b"".join(self._raw) + b"".join(self._partial)
+
+    def _keep(self, piece: bytes) -> None:
+        self._partial.append(piece)
+        self._partial_len += len(piece)
+        self._check(self._partial_len)
+
+    def _check(self, size: int) -> None:
+        if self.max_event is not None and self._raw_len + size > self.max_event:
+            raise LineTooLong(self.max_event)
+
+    def _take_partial(self) -> bytes:
+        head = b"".join(self._partial) if len(self._partial) > 1 else self._partial[0]
+        self._partial, self._partial_len = [], 0
+        return head
 
     def feed(self, chunk: bytes) -> list[ServerSentEvent]:
         """Decode one network read; return the events it completed."""
-        buf = self._buffer + chunk if self._buffer else chunk
         events: list[ServerSentEvent] = []
-        start, size = 0, len(buf)
-        has_cr = b"\r" in buf
+        start, size = 0, len(chunk)
+        if not size:
+            return events
+        if self._cr_pending:
+            self._cr_pending = False
+            line = self._take_partial()
+            if chunk[0] == _LF:
+                self._line(line[:-1], line + b"\n", events)
+                start = 1
+            else:
+                self._line(line[:-1], line, events)
+        has_cr = b"\r" in chunk
+        limit = self.max_event
         while start < size:
-            end = buf.find(b"\n", start)
+            end = chunk.find(b"\n", start)
             if has_cr:
-                cr = buf.find(b"\r", start, end if end != -1 else size)
+                cr = chunk.find(b"\r", start, end if end != -1 else size)
                 if cr != -1:
                     if cr + 1 == size:
                         break  # maybe half of a CRLF: wait for the next read
                     end = cr
             if end == -1:
                 break
-            following = end + 2 if buf[end] == _CR and buf[end + 1] == _LF else end + 1
-            self._line(buf[start:end], buf[start:following], events)
+            following = end + 2 if chunk[end] == _CR and chunk[end + 1] == _LF else end + 1
+            if self._partial:
+                raw = self._take_partial() + chunk[start:following]
+                line = raw[: len(raw) - (following - end)]
+            else:
+                raw, line = chunk[start:following], chunk[start:end]
+            if limit is not None and self._raw_len + len(raw) > limit:
+                raise LineTooLong(limit)
+            self._line(line, raw, events)
             start = following
-        self._buffer = buf[start:]
+        if start < size:
+            self._keep(chunk[start:] if start else chunk)
+            self._cr_pending = chunk[-1] == _CR
         return events
 
     def close(self) -> list[ServerSentEvent]:
@@ -77,15 +131,17 @@ class SSEDecoder:
         (it stays visible in `pending`).
         """
         events: list[ServerSentEvent] = []
-        if self._buffer.endswith(b"\r"):
-            self._line(self._buffer[:-1], self._buffer, events)
-            self._buffer = b""
+        if self._cr_pending:
+            self._cr_pending = False
+            line = self._take_partial()
+            self._line(line[:-1], line, events)
         if self._data:
             self._line(b"", b"", events)
         return events
 
     def _line(self, line: bytes, raw: bytes, events: list[ServerSentEvent]) -> None:
         self._raw.append(raw)
+        self._raw_len += len(raw)
         if not line:
             if self._data:
                 events.append(

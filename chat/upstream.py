@@ -11,19 +11,27 @@ followed by `[DONE]`, `X-Request-Id`).
 from __future__ import annotations
 
 import asyncio
+import ipaddress
+import logging
 import math
+import re
+import socket
+import time
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 import httpx
 import orjson
 
-from .sse import ServerSentEvent, SSEDecoder
+from .sse import LineTooLong, ServerSentEvent, SSEDecoder
+
+log = logging.getLogger(__name__)
 
 DONE = b"[DONE]"
 MAX_ERROR_BODY = 64 * 1024
@@ -31,11 +39,16 @@ MAX_ERROR_BODY = 64 * 1024
 
 @dataclass(slots=True, frozen=True)
 class Timeouts:
-    """Connect and between-bytes read timeouts plus an overall deadline, in seconds."""
+    """Connect, first-byte and between-bytes read timeouts plus an overall deadline, in seconds.
+
+    first_byte bounds the wait from sending a streaming request to the first byte of
+    its body (headers included): a dead upstream is noticed in a minute, not in `read`.
+    """
 
     connect: float = 10.0
     read: float = 300.0
     deadline: float = 1800.0
+    first_byte: float = 60.0
 
     def for_httpx(self) -> httpx.Timeout:
         return httpx.Timeout(connect=self.connect, read=self.read, write=self.connect, pool=self.connect)
@@ -45,8 +58,11 @@ class UpstreamError(Exception):
     """The upstream refused, failed or broke off a request.
 
     kind: "http" (an error status before the first byte), "connect", "timeout",
-    "cut" (the connection ended without a finish), "protocol" (a malformed frame)
-    or "stream" (an error the upstream reported mid-stream).
+    "cut" (the connection ended without a finish), "protocol" (unreadable data: too
+    many malformed events, an over-long line), "too_large" (a reply or a response
+    past its size cap), "stream" (an error the upstream reported mid-stream) or
+    "busy" (no free connection to the provider within the wait, chat/limits.py).
+    The message is a sentence already scrubbed of secrets (see scrub()).
     """
 
     def __init__(
@@ -80,33 +96,79 @@ class UpstreamError(Exception):
         return f"{prefix}: {self.message}"
 
 
+# --- secrets and HTML out of upstream text ------------------------------------
+
+REDACTED = "[redacted]"
+# An Authorization value an upstream echoes back, and keys that look like OpenAI-style secrets.
+_BEARER_RE = re.compile(r"(?i)\b(bearer)\s+[^\s\"'<>,;]+")
+_KEY_RE = re.compile(r"\bsk-[A-Za-z0-9_\-]{6,}")
+_HTML_RE = re.compile(r"(?is)^\s*(<!doctype\s+html|<html|<head|<body)")
+_TITLE_RE = re.compile(r"(?is)<title[^>]*>(.*?)</title>")
+_H1_RE = re.compile(r"(?is)<h1[^>]*>(.*?)</h1>")
+_TAG_RE = re.compile(r"<[^>]+>")
+
+
+def scrub(text: str, secrets: Iterable[str] = ()) -> str:
+    """Upstream-derived text with the given secrets and anything like `Bearer …` / `sk-…` removed."""
+    for secret in secrets:
+        # Very short keys (the test fakes' "x") would blank out ordinary words.
+        if secret and len(secret) >= 6 and secret in text:
+            text = text.replace(secret, REDACTED)
+    text = _BEARER_RE.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
+    return _KEY_RE.sub(REDACTED, text)
+
+
+def is_html(text: str) -> bool:
+    return _HTML_RE.match(text) is not None
+
+
+def html_summary(text: str, fallback: str) -> str:
+    """One line for an HTML error page: its title (or first heading), never the page."""
+    found = _TITLE_RE.search(text) or _H1_RE.search(text)
+    title = " ".join(_TAG_RE.sub(" ", found.group(1)).split()) if found else ""
+    return title[:200] or fallback
+
+
+def shorten(text: str, limit: int = 500) -> str:
+    """At most `limit` characters, an ellipsis marking a cut."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 # --- the shared client --------------------------------------------------------
 
 
-def make_client(max_connections: int = 1000, transport: str = "aiohttp") -> httpx.AsyncClient:
-    """A client for many concurrent long streams; `transport` is "aiohttp" or "httpx"."""
+def make_client(
+    max_connections: int = 1000, transport: str = "aiohttp", *, allow_link_local: bool = False
+) -> httpx.AsyncClient:
+    """A client for many concurrent long streams; `transport` is "aiohttp" or "httpx".
+
+    Unless `allow_link_local`, it refuses to send anything to a link-local or cloud metadata address.
+    """
     # Idle connections are dropped after 4 s, before the 5 s after which many servers
     # (uvicorn, Node) close them: fewer requests written to a connection closing under them.
     limits = httpx.Limits(
         max_connections=max_connections, max_keepalive_connections=max_connections // 4, keepalive_expiry=4.0
     )
+    hooks = {} if allow_link_local else {"request": [DestinationGuard()]}
     if transport == "aiohttp":
         from httpx_aiohttp import HttpxAiohttpClient
 
-        return HttpxAiohttpClient(limits=limits, trust_env=False)
-    return httpx.AsyncClient(limits=limits, trust_env=False)
+        return HttpxAiohttpClient(limits=limits, trust_env=False, event_hooks=hooks)
+    return httpx.AsyncClient(limits=limits, trust_env=False, event_hooks=hooks)
 
 
 # One client per event loop: a client's connections belong to the loop that opened them.
 _clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = weakref.WeakKeyDictionary()
 
 
-def shared_client(max_connections: int = 1000, transport: str = "aiohttp") -> httpx.AsyncClient:
+def shared_client(
+    max_connections: int = 1000, transport: str = "aiohttp", *, allow_link_local: bool = False
+) -> httpx.AsyncClient:
     """This process's client for the running event loop, created on first use."""
     loop = asyncio.get_running_loop()
     client = _clients.get(loop)
     if client is None or client.is_closed:
-        client = _clients[loop] = make_client(max_connections, transport)
+        client = _clients[loop] = make_client(max_connections, transport, allow_link_local=allow_link_local)
     return client
 
 
@@ -115,6 +177,96 @@ async def close_shared_client() -> None:
     client = _clients.pop(asyncio.get_running_loop(), None)
     if client is not None:
         await client.aclose()
+
+
+# --- where requests may go ----------------------------------------------------
+
+# Link-local networks hold the cloud metadata services (169.254.169.254; fd00:ec2::254 on
+# AWS over IPv6; 100.100.100.200 on Alibaba Cloud), which hand credentials to whoever asks.
+REFUSED_NETWORKS = tuple(
+    ipaddress.ip_network(network)
+    for network in ("169.254.0.0/16", "fe80::/10", "fd00:ec2::254/128", "100.100.100.200/32")
+)
+DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def origin(url: str) -> tuple[str, str, int | str | None]:
+    """(scheme, host, port) of a URL, the scheme's default port filled in: the server a key is sent to."""
+    parts = urlsplit(url.strip())
+    scheme = parts.scheme.lower()
+    try:
+        port: int | str | None = parts.port
+    except ValueError:
+        port = parts.netloc.rsplit(":", 1)[-1]  # not a valid port: compared as written
+    return scheme, (parts.hostname or "").rstrip("."), port or DEFAULT_PORTS.get(scheme)
+
+
+def refused_ip(address: str) -> bool:
+    """Whether an IP address (IPv4, IPv6, IPv4-mapped IPv6) is link-local or a metadata service."""
+    try:
+        ip = ipaddress.ip_address(address.split("%", 1)[0])
+    except ValueError:
+        return False
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped:
+        ip = ip.ipv4_mapped
+    return any(ip in network for network in REFUSED_NETWORKS)
+
+
+def _numeric_addresses(host: str) -> list[str] | None:
+    """The address(es) when `host` is an IP address in any spelling the C library accepts, else None."""
+    bare = host.strip("[]").split("%", 1)[0]
+    try:
+        # AI_NUMERICHOST: 2852039166 and 0xa9.0xfe.0xa9.0xfe are 169.254.169.254 too; DNS is never asked.
+        infos = socket.getaddrinfo(bare, None, flags=socket.AI_NUMERICHOST)
+    except (socket.gaierror, UnicodeError, ValueError):
+        return None
+    return [info[4][0] for info in infos]
+
+
+def refused_literal(host: str) -> str | None:
+    """The refused address when `host` is written as a link-local or metadata IP address."""
+    return next((a for a in _numeric_addresses(host) or [] if refused_ip(a)), None)
+
+
+class DestinationGuard:
+    """An httpx request hook refusing link-local and metadata addresses, written or resolved.
+
+    A name's addresses are looked up before the request and the verdict kept a minute;
+    the connection resolves it again, so a DNS server answering differently the second
+    time is not caught here (a firewall rule is the complete guard).
+    """
+
+    TTL = 60.0
+
+    def __init__(self) -> None:
+        self._verdicts: dict[str, tuple[float, str | None]] = {}
+
+    async def __call__(self, request: httpx.Request) -> None:
+        host = request.url.host
+        now = time.monotonic()
+        cached = self._verdicts.get(host)
+        if cached and cached[0] > now:
+            address = cached[1]
+        else:
+            addresses = _numeric_addresses(host)
+            if addresses is None:
+                addresses = await self._resolve(host, request.url.port or DEFAULT_PORTS.get(request.url.scheme, 443))
+            address = next((a for a in addresses if refused_ip(a)), None)
+            if len(self._verdicts) > 1000:
+                self._verdicts.clear()
+            self._verdicts[host] = (now + self.TTL, address)
+        if address:
+            raise UpstreamError(
+                "connect", f"its address {address} is link-local or a cloud metadata service, which is refused"
+            )
+
+    @staticmethod
+    async def _resolve(host: str, port: int) -> list[str]:
+        try:
+            infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except (OSError, UnicodeError):
+            return []  # the connection attempt reports it
+        return [info[4][0] for info in infos]
 
 
 # --- requests -----------------------------------------------------------------
@@ -195,25 +347,35 @@ def _request_failed(exc: httpx.HTTPError) -> UpstreamError:
     return UpstreamError("connect", f"cannot connect ({reason})")
 
 
-async def _error_from(response: httpx.Response) -> UpstreamError:
+async def _error_from(response: httpx.Response, api_key: str) -> UpstreamError:
     body = b""
     async for piece in response.aiter_bytes():
         body += piece
         if len(body) >= MAX_ERROR_BODY:
             break
-    message, code = _describe_error_body(body, response.reason_phrase or "error")
-    return UpstreamError("http", message, status=response.status_code, code=code, body=body, headers=response.headers)
+    return _http_error(response, body[:MAX_ERROR_BODY], api_key)
 
 
-def _describe_error_body(body: bytes, fallback: str) -> tuple[str, str | None]:
+def _http_error(response: httpx.Response, body: bytes, api_key: str) -> UpstreamError:
+    """An error status as an UpstreamError whose message and body carry no secret and no HTML."""
+    text = scrub(body.decode("utf-8", "replace"), [api_key])
+    message, code = _describe_error_body(text, response.reason_phrase or "error")
+    return UpstreamError(
+        "http", message, status=response.status_code, code=code, body=text.encode(), headers=response.headers
+    )
+
+
+def _describe_error_body(text: str, fallback: str) -> tuple[str, str | None]:
     """The message and code from OpenAI-style `{"error": {...}}` bodies, whatever their variant."""
     try:
-        obj = orjson.loads(body)
+        obj = orjson.loads(text)
     except orjson.JSONDecodeError:
-        text = body.decode("utf-8", "replace").strip()
-        return (text[:500] or fallback), None
+        if is_html(text):
+            return html_summary(text, fallback), None
+        return shorten(" ".join(text.split()) or fallback), None
     error = obj.get("error", obj) if isinstance(obj, dict) else obj
-    return describe_error(error, fallback)
+    message, code = describe_error(error, fallback)
+    return shorten(message), (code[:100] if code else code)  # both already scrubbed with the body
 
 
 def describe_error(error: Any, fallback: str = "upstream error") -> tuple[str, str | None]:
@@ -221,7 +383,11 @@ def describe_error(error: Any, fallback: str = "upstream error") -> tuple[str, s
     if isinstance(error, dict):
         message = error.get("message") or error.get("detail") or fallback
         code = error.get("code") or error.get("type")
-        return str(message), (str(code) if code is not None else None)
+        if not isinstance(message, str):  # a nested object: JSON, never a Python repr
+            message = orjson.dumps(message).decode()
+        if code is not None and not isinstance(code, str | int):
+            code = None
+        return message, (str(code) if code is not None else None)
     if isinstance(error, str) and error:
         return error, None
     return fallback, None
@@ -230,9 +396,14 @@ def describe_error(error: Any, fallback: str = "upstream error") -> tuple[str, s
 class UpstreamStream:
     """An open streaming response; iterate `events()` once."""
 
-    def __init__(self, response: httpx.Response, deadline_at: float) -> None:
+    def __init__(
+        self, response: httpx.Response, deadline_at: float, *, first_byte_at: float | None = None,
+        max_event: int | None = None,
+    ) -> None:  # fmt: skip
         self.response = response
         self.deadline_at = deadline_at
+        self.first_byte_at = first_byte_at
+        self.max_event = max_event
 
     @property
     def request_id(self) -> str | None:
@@ -240,16 +411,27 @@ class UpstreamStream:
 
     async def events(self) -> AsyncIterator[ServerSentEvent]:
         """Every SSE event (comment-only blocks included) as it arrives."""
-        decoder = SSEDecoder()
+        decoder = SSEDecoder(self.max_event)
         loop = asyncio.get_running_loop()
+        pieces = self.response.aiter_bytes()
         try:
-            async for piece in self.response.aiter_bytes():
+            if self.first_byte_at is not None:
+                try:
+                    async with asyncio.timeout_at(self.first_byte_at):
+                        first = await anext(pieces, b"")
+                except TimeoutError:
+                    raise UpstreamError("timeout", "the upstream sent nothing after the request") from None
+                for event in decoder.feed(first):
+                    yield event
+            async for piece in pieces:
                 for event in decoder.feed(piece):
                     yield event
                 if loop.time() > self.deadline_at:
                     raise UpstreamError("timeout", "the stream ran past its overall deadline")
+        except LineTooLong as exc:
+            raise UpstreamError("protocol", str(exc)) from None
         except httpx.TimeoutException as exc:
-            raise UpstreamError("timeout", f"no data for too long ({type(exc).__name__})") from exc
+            raise UpstreamError("timeout", "the upstream sent no data for too long") from exc
         except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
             for event in decoder.close():
                 yield event
@@ -265,9 +447,16 @@ async def open_stream(
     api_key: str,
     payload: dict[str, Any],
     timeouts: Timeouts = Timeouts(),
+    *,
+    max_event: int | None = None,
 ) -> AsyncIterator[UpstreamStream]:
-    """POST a streaming chat completion; raise UpstreamError for any failure before the first byte."""
-    deadline_at = asyncio.get_running_loop().time() + timeouts.deadline
+    """POST a streaming chat completion; raise UpstreamError for any failure before the first byte.
+
+    max_event caps one SSE event (in practice one `data:` line), in bytes.
+    """
+    now = asyncio.get_running_loop().time()
+    deadline_at = now + timeouts.deadline
+    first_byte_at = now + timeouts.first_byte
     request = client.build_request(
         "POST",
         endpoint(base_url, "chat/completions"),
@@ -275,19 +464,55 @@ async def open_stream(
         headers=_headers(api_key, stream=True),
         timeout=timeouts.for_httpx(),
     )
-    response = await _send(client, request, stream=True)
+    try:
+        async with asyncio.timeout_at(first_byte_at):
+            response = await _send(client, request, stream=True)
+    except TimeoutError:
+        raise UpstreamError("timeout", "the upstream did not answer in time") from None
     try:
         if response.status_code >= 400:
-            raise await _error_from(response)
-        yield UpstreamStream(response, deadline_at)
+            raise await _error_from(response, api_key)
+        yield UpstreamStream(response, deadline_at, first_byte_at=first_byte_at, max_event=max_event)
     finally:
         await response.aclose()
 
 
+@dataclass(slots=True, frozen=True)
+class Answer:
+    """A whole (non-stream) response, read up to a size cap."""
+
+    status_code: int
+    headers: httpx.Headers
+    content: bytes
+
+
+async def _read_capped(response: httpx.Response, limit: int | None, what: str) -> bytes:
+    """The body, or a too_large error as soon as it passes `limit` bytes (never buffered whole)."""
+    pieces: list[bytes] = []
+    size = 0
+    try:
+        async for piece in response.aiter_bytes():
+            size += len(piece)
+            if limit is not None and size > limit:
+                raise UpstreamError("too_large", f"{what} is larger than {limit} bytes")
+            pieces.append(piece)
+    except httpx.TimeoutException as exc:
+        raise UpstreamError("timeout", "the upstream sent no data for too long") from exc
+    except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
+        raise UpstreamError("cut", "the upstream connection ended mid-response") from exc
+    return b"".join(pieces)
+
+
 async def post_json(
-    client: httpx.AsyncClient, base_url: str, api_key: str, payload: dict[str, Any], timeouts: Timeouts = Timeouts()
-) -> httpx.Response:
-    """A non-streaming chat completion; raise UpstreamError on an error status."""
+    client: httpx.AsyncClient,
+    base_url: str,
+    api_key: str,
+    payload: dict[str, Any],
+    timeouts: Timeouts = Timeouts(),
+    *,
+    max_bytes: int | None = None,
+) -> Answer:
+    """A non-streaming chat completion; raise UpstreamError on an error status or past max_bytes."""
     request = client.build_request(
         "POST",
         endpoint(base_url, "chat/completions"),
@@ -295,32 +520,41 @@ async def post_json(
         headers=_headers(api_key, stream=False),
         timeout=httpx.Timeout(timeouts.read, connect=timeouts.connect),
     )
-    response = await _send(client, request, stream=False)
-    if response.status_code >= 400:
-        message, code = _describe_error_body(response.content, response.reason_phrase or "error")
-        raise UpstreamError(
-            "http", message, status=response.status_code, code=code, body=response.content, headers=response.headers
-        )
-    return response
+    response = await _send(client, request, stream=True)
+    try:
+        if response.status_code >= 400:
+            raise await _error_from(response, api_key)
+        content = await _read_capped(response, max_bytes, "the upstream's response")
+    finally:
+        await response.aclose()
+    return Answer(response.status_code, response.headers, content)
+
+
+MAX_MODEL_LIST = 4 * 1024 * 1024
 
 
 async def list_models(
     client: httpx.AsyncClient, base_url: str, api_key: str, timeouts: Timeouts = Timeouts()
 ) -> list[str]:
     """The model ids from the upstream's GET /models."""
+    request = client.build_request(
+        "GET",
+        endpoint(base_url, "models"),
+        headers=_headers(api_key, stream=False),
+        timeout=httpx.Timeout(timeouts.connect * 2, connect=timeouts.connect),
+    )
     try:
-        response = await client.get(
-            endpoint(base_url, "models"),
-            headers=_headers(api_key, stream=False),
-            timeout=httpx.Timeout(timeouts.connect * 2, connect=timeouts.connect),
-        )
+        response = await client.send(request, stream=True)
     except httpx.HTTPError as exc:
         raise _request_failed(exc) from exc
-    if response.status_code >= 400:
-        message, code = _describe_error_body(response.content, response.reason_phrase or "error")
-        raise UpstreamError("http", message, status=response.status_code, code=code, headers=response.headers)
     try:
-        data = orjson.loads(response.content).get("data", [])
+        if response.status_code >= 400:
+            raise await _error_from(response, api_key)
+        content = await _read_capped(response, MAX_MODEL_LIST, "the model list")
+    finally:
+        await response.aclose()
+    try:
+        data = orjson.loads(content).get("data", [])
         return [item["id"] for item in data if isinstance(item, dict) and isinstance(item.get("id"), str)]
     except (orjson.JSONDecodeError, AttributeError) as exc:
         raise UpstreamError("protocol", "the model list is not OpenAI's list shape") from exc
@@ -347,13 +581,40 @@ class StreamState:
     done: bool = False
     first_token_at: float | None = None
     ended_at: float | None = None
+    # Limits (None: none): bytes of content + reasoning, and unreadable events tolerated.
+    max_reply: int | None = None
+    max_malformed: int = 3
+    # Scrubbed from the upstream's error text (the provider's key).
+    secrets: tuple[str, ...] = ()
+    reply_bytes: int = 0
+    malformed: int = 0
 
     def feed(self, data: bytes, now: float) -> tuple[str, str]:
         """Take one `data:` payload; return the (content, reasoning) text it added."""
         if data == DONE:
             self.done = True
             return "", ""
-        return self.feed_chunk(parse_chunk(data), now)
+        chunk = self.parse(data)
+        if chunk is None:
+            return "", ""
+        return self.feed_chunk(chunk, now)
+
+    def parse(self, data: bytes) -> dict[str, Any] | None:
+        """One `data:` payload as a chunk, or None for an unreadable one.
+
+        The rule for both the chat and /v1: an unreadable event is skipped and counted,
+        and only the max_malformed-th one fails the stream.
+        """
+        try:
+            return parse_chunk(data)
+        except UpstreamError:
+            self.malformed += 1
+            log.warning("stream %s: an unreadable event (%d so far)", self.upstream_id or "?", self.malformed)
+            if self.malformed >= self.max_malformed:
+                raise UpstreamError(
+                    "protocol", f"the upstream sent {self.malformed} events that are not valid JSON"
+                ) from None
+            return None
 
     def feed_chunk(self, chunk: dict[str, Any], now: float) -> tuple[str, str]:
         """Take one parsed chunk; return the (content, reasoning) text it added."""
@@ -383,6 +644,8 @@ class StreamState:
                             self.first_token_at = now
                 if choice.get("finish_reason"):
                     self.finish_reason = str(choice["finish_reason"])
+        if content or reasoning:
+            content, reasoning = self._within_cap(content, reasoning)
         if content:
             self.content.append(content)
         if reasoning:
@@ -390,6 +653,27 @@ class StreamState:
         if (content or reasoning) and self.first_token_at is None:
             self.first_token_at = now
         return content, reasoning
+
+    @property
+    def full(self) -> bool:
+        """The reply reached max_reply: the caller stops reading (with too_large())."""
+        return self.max_reply is not None and self.reply_bytes >= self.max_reply
+
+    def too_large(self) -> UpstreamError:
+        return UpstreamError("too_large", f"the answer reached the limit of {self.max_reply} bytes")
+
+    def _within_cap(self, content: str, reasoning: str) -> tuple[str, str]:
+        """The new text, cut (on a character boundary) where the reply would pass max_reply."""
+        added = _utf8_len(content) + _utf8_len(reasoning)
+        self.reply_bytes += added
+        if self.max_reply is None or self.reply_bytes <= self.max_reply:
+            return content, reasoning
+        room = self.max_reply - (self.reply_bytes - added)
+        self.reply_bytes = self.max_reply
+        reasoning_bytes = reasoning.encode()[:room]
+        room -= len(reasoning_bytes)
+        cut = lambda raw: raw.decode("utf-8", "ignore")  # noqa: E731  (drops a half character)
+        return cut(content.encode()[:room]), cut(reasoning_bytes)
 
     def _merge_tool_calls(self, fragments: Any) -> None:
         for fragment in fragments if isinstance(fragments, list) else ():
@@ -426,7 +710,10 @@ class StreamState:
         return self.done or self.finish_reason is not None
 
     def error_message(self) -> str:
-        return describe_error(self.error, "the upstream reported an error")[0]
+        """The upstream's mid-stream error as a sentence without secrets or HTML."""
+        message = describe_error(self.error, "the upstream reported an error")[0]
+        message = scrub(message, self.secrets)
+        return html_summary(message, "the upstream reported an error") if is_html(message) else shorten(message)
 
     def outcome(self) -> str:
         """complete, failed (an upstream error) or interrupted (ended without a finish)."""
@@ -471,8 +758,13 @@ def parse_chunk(data: bytes) -> dict[str, Any]:
     except orjson.JSONDecodeError:
         chunk = None
     if not isinstance(chunk, dict):
-        raise UpstreamError("protocol", f"malformed event from the upstream: {data[:200]!r}")
+        raise UpstreamError("protocol", "the upstream sent an event that is not a JSON object")
     return chunk
+
+
+def _utf8_len(text: str) -> int:
+    # isascii() is a flag check in CPython: most tokens are counted without encoding them.
+    return len(text) if text.isascii() else len(text.encode())
 
 
 def estimate_tokens(chars: int) -> int:

@@ -15,12 +15,12 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from .consumers import parse_params
+from . import params
+from .consumers import parse_params, parse_system_prompt
 from .generation import control_group
 from .models import ApiToken, ChatError, Conversation, Message, Provider
 
 MAX_TITLE = 200
-MAX_SYSTEM_PROMPT = 20_000
 
 
 @login_required
@@ -38,7 +38,9 @@ def index(request, conversation_id: int | None = None):
         "noProvider": not providers,
         "csrfToken": get_token(request),
     }
-    return render(request, "chat/index.html", {"config": config})
+    # The settings form's bounds are the server's (chat/params.py), so the browser flags a value before sending it.
+    limits = {"max_tokens": settings.MAX_TOKENS_LIMIT, "system_prompt": params.MAX_SYSTEM_PROMPT}
+    return render(request, "chat/index.html", {"config": config, "limits": limits})
 
 
 def api(view):
@@ -132,10 +134,9 @@ def update(conversation: Conversation, body: dict) -> None:
         conversation.title = title.strip()[:MAX_TITLE]
         fields.append("title")
     if "system_prompt" in body:
-        prompt = body["system_prompt"]
-        if not isinstance(prompt, str) or len(prompt) > MAX_SYSTEM_PROMPT:
-            raise ChatError("bad_field", f"`system_prompt` must be a string of at most {MAX_SYSTEM_PROMPT} characters.")
-        conversation.system_prompt = prompt
+        if body["system_prompt"] is None:
+            raise ChatError("bad_field", "`system_prompt` must be a string.")
+        conversation.system_prompt = parse_system_prompt(body["system_prompt"])
         fields.append("system_prompt")
     if "params" in body:
         conversation.merge_params(parse_params(body["params"]))

@@ -16,10 +16,11 @@ from chat.routing import websocket_application  # noqa: E402
 
 def with_demo_upstream(app):
     """Serve the built-in fake upstream at /_demo/ beside Django, for installs without a real one."""
-    from chat.fakeupstream import FakeUpstream
+    from chat.fakeupstream import DEMO_CAPS, FakeUpstream
     from chat.models import demo_api_key
 
-    demo = FakeUpstream(api_key=demo_api_key(), delay=0.03)
+    # It runs in the server's own process: bounded directives and a small request log.
+    demo = FakeUpstream(api_key=demo_api_key(), delay=0.03, max_records=20, caps=DEMO_CAPS, keep_bytes=False)
 
     async def router(scope, receive, send):
         if scope["type"] == "http" and scope["path"].startswith("/_demo/"):

@@ -1,5 +1,6 @@
-"""A Content-Security-Policy on every response: scripts only from this origin, no inline script."""
+"""Headers on every response: a Content-Security-Policy (no inline script), no-store on JSON and streams."""
 
+from django.utils.cache import patch_cache_control
 from django.utils.deprecation import MiddlewareMixin
 
 POLICY = "; ".join(
@@ -27,4 +28,18 @@ class ContentSecurityPolicyMiddleware(MiddlewareMixin):
     def process_response(self, request, response):
         policy = ADMIN_POLICY if request.path.startswith("/admin/") else POLICY
         response.headers.setdefault("Content-Security-Policy", policy)
+        return response
+
+
+# Answers, conversations and usage are private: no browser, proxy or CDN may keep a copy.
+PRIVATE_TYPES = ("application/json", "text/event-stream")
+PRIVATE_PATHS = ("/api/", "/v1/")
+
+
+class NoStoreMiddleware(MiddlewareMixin):
+    """`Cache-Control: no-store` on every JSON response, every /v1 stream and everything under /api/ and /v1/."""
+
+    def process_response(self, request, response):
+        if response.get("Content-Type", "").startswith(PRIVATE_TYPES) or request.path.startswith(PRIVATE_PATHS):
+            patch_cache_control(response, no_store=True)
         return response

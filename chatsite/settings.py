@@ -2,6 +2,7 @@
 
 import os
 import secrets
+import time
 from pathlib import Path
 
 import dj_database_url
@@ -44,10 +45,20 @@ def _secret_key() -> str:
     if key:
         return key
     path = BASE_DIR / ".secret_key"
-    if not path.exists():
-        path.write_text(secrets.token_urlsafe(50))
-        path.chmod(0o600)
-    return path.read_text().strip()
+    try:
+        # Created with mode 600 in one step: no moment when another user could read it.
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        pass  # made earlier, or just now by another process starting beside this one
+    else:
+        with os.fdopen(fd, "w") as file:
+            file.write(secrets.token_urlsafe(50))
+    for _ in range(100):
+        key = path.read_text().strip()
+        if key:
+            return key
+        time.sleep(0.02)  # another process created it a moment ago and is still writing it
+    raise ImproperlyConfigured(f"{path} is empty: delete it and a new key is generated")
 
 
 SECRET_KEY = _secret_key()
@@ -70,6 +81,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "chatsite.middleware.ContentSecurityPolicyMiddleware",
+    "chatsite.middleware.NoStoreMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -162,6 +174,8 @@ SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 X_FRAME_OPTIONS = "DENY"
 SESSION_COOKIE_HTTPONLY = True
+# The page's scripts take the CSRF token from the page (chat/views.py), never from the cookie.
+CSRF_COOKIE_HTTPONLY = True
 if HTTPS:
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
     SECURE_SSL_REDIRECT = True
@@ -194,9 +208,21 @@ DEMO_UPSTREAM = env_bool("DEMO_UPSTREAM", not UPSTREAM_BASE_URL)
 UPSTREAM_MAX_TOKENS = env_number("UPSTREAM_MAX_TOKENS", 8192)
 UPSTREAM_CONNECT_TIMEOUT = env_number("UPSTREAM_CONNECT_TIMEOUT", 10.0, float)
 UPSTREAM_READ_TIMEOUT = env_number("UPSTREAM_READ_TIMEOUT", 300.0, float)
+# From sending a streaming request to the first byte of its answer: a dead upstream is noticed sooner.
+UPSTREAM_FIRST_BYTE_TIMEOUT = env_number("UPSTREAM_FIRST_BYTE_TIMEOUT", 60.0, float)
 UPSTREAM_DEADLINE = env_number("UPSTREAM_DEADLINE", 1800.0, float)
 UPSTREAM_MAX_CONNECTIONS = env_number("UPSTREAM_MAX_CONNECTIONS", 1000)
 UPSTREAM_MODELS_CACHE_SECONDS = env_number("UPSTREAM_MODELS_CACHE_SECONDS", 300)
+# What an upstream may send: one SSE line (event), bytes; unreadable events skipped before
+# a stream fails; a whole non-stream /v1 response, bytes.
+UPSTREAM_MAX_LINE_BYTES = env_number("UPSTREAM_MAX_LINE_BYTES", 1_000_000)
+UPSTREAM_MAX_MALFORMED = env_number("UPSTREAM_MAX_MALFORMED", 3)
+API_MAX_RESPONSE_BYTES = env_number("API_MAX_RESPONSE_BYTES", 10_000_000)
+# A reply (text + reasoning, UTF-8 bytes) past this is stopped and marked failed, its text kept.
+CHAT_MAX_REPLY_BYTES = env_number("CHAT_MAX_REPLY_BYTES", 2_000_000)
+# Link-local and cloud metadata addresses (169.254.0.0/16, fe80::/10, fd00:ec2::254) hand out
+# the machine's cloud credentials: providers there are refused, when saved and when called.
+UPSTREAM_ALLOW_LINK_LOCAL = env_bool("UPSTREAM_ALLOW_LINK_LOCAL", False)
 
 CHAT_MAX_CONTENT_BYTES = env_number("CHAT_MAX_CONTENT_BYTES", 100_000)
 # Deltas are coalesced for this long before one channel-layer message carries them.
@@ -220,5 +246,31 @@ WS_SESSION_CACHE_SECONDS = env_number("WS_SESSION_CACHE_SECONDS", 5.0, float)
 API_DB_WAIT_SECONDS = env_number("API_DB_WAIT_SECONDS", 2.0, float)
 API_RETRY_AFTER_SECONDS = env_number("API_RETRY_AFTER_SECONDS", 5)
 
+# --- Limits per person and per token (chat/limits.py); 0 turns a limit off -----
+# Streams running at once per user on the page, per user over /v1/, and per API token.
+CHAT_MAX_STREAMS = env_number("CHAT_MAX_STREAMS", 4)
+API_MAX_STREAMS = env_number("API_MAX_STREAMS", 8)
+API_TOKEN_MAX_STREAMS = env_number("API_TOKEN_MAX_STREAMS", API_MAX_STREAMS)
+# Streams started in the last minute, per user (page and API together) and per API token.
+RATE_LIMIT_PER_MINUTE = env_number("RATE_LIMIT_PER_MINUTE", 60)
+API_TOKEN_RATE_LIMIT_PER_MINUTE = env_number("API_TOKEN_RATE_LIMIT_PER_MINUTE", RATE_LIMIT_PER_MINUTE)
+# Frames a websocket may send: a token bucket of CHAT_FRAME_BURST refilled at CHAT_FRAME_RATE a second.
+CHAT_FRAME_RATE = env_number("CHAT_FRAME_RATE", 20.0, float)
+CHAT_FRAME_BURST = env_number("CHAT_FRAME_BURST", 60)
+# The largest max_tokens (and max_completion_tokens) accepted on every path, and n on /v1/.
+MAX_TOKENS_LIMIT = env_number("MAX_TOKENS_LIMIT", 32768)
+API_MAX_N = env_number("API_MAX_N", 1)
+# Upstream connections per provider and process when its admin field is empty (default:
+# half the shared pool, so a slow provider leaves the other half), and how long a request
+# waits for one of them before it fails.
+UPSTREAM_PROVIDER_MAX_CONNECTIONS = env_number(
+    "UPSTREAM_PROVIDER_MAX_CONNECTIONS", max(1, UPSTREAM_MAX_CONNECTIONS // 2)
+)
+UPSTREAM_PROVIDER_WAIT = env_number("UPSTREAM_PROVIDER_WAIT", 10.0, float)
+
 if not 0 < CHAT_COALESCE_MS <= 30:
     raise ImproperlyConfigured("CHAT_COALESCE_MS must be between 1 and 30")
+if not 1 <= UPSTREAM_MAX_TOKENS <= MAX_TOKENS_LIMIT:
+    raise ImproperlyConfigured("UPSTREAM_MAX_TOKENS must be between 1 and MAX_TOKENS_LIMIT")
+if CHAT_FRAME_RATE <= 0 or CHAT_FRAME_BURST < 1 or API_MAX_N < 1:
+    raise ImproperlyConfigured("CHAT_FRAME_RATE, CHAT_FRAME_BURST and API_MAX_N must be positive")

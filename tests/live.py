@@ -9,7 +9,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+import aiohttp
 import httpx
+import orjson
+from asgiref.sync import sync_to_async
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -92,3 +95,39 @@ class LiveServer:
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
+
+
+class Tab:
+    """A browser tab's websocket to a running server."""
+
+    def __init__(self, server, user) -> None:
+        self.server, self.user = server, user
+
+    async def __aenter__(self):
+        from tests.conftest import session_cookie
+
+        cookie = await sync_to_async(session_cookie)(self.user)
+        self.session = aiohttp.ClientSession()
+        self.ws = await self.session.ws_connect(
+            self.server.url.replace("http", "ws") + "/ws/chat/",
+            headers={"Origin": self.server.url, "Cookie": f"sessionid={cookie}"},
+        )
+        return self
+
+    async def __aexit__(self, *exc_info):
+        await self.ws.close()
+        await self.session.close()
+
+    async def send(self, **frame):
+        await self.ws.send_str(orjson.dumps(frame).decode())
+
+    async def receive(self, timeout: float = 20) -> dict:
+        message = await self.ws.receive(timeout=timeout)
+        assert message.type == aiohttp.WSMsgType.TEXT, message
+        return orjson.loads(message.data)
+
+    async def until(self, frame_type: str, timeout: float = 20) -> list[dict]:
+        frames = []
+        while not frames or frames[-1]["type"] != frame_type:
+            frames.append(await self.receive(timeout))
+        return frames

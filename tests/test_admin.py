@@ -3,8 +3,10 @@
 from decimal import Decimal
 
 import pytest
+from django.contrib.auth.models import Permission
+from django.core.exceptions import ValidationError
 
-from chat.models import Conversation, Message, Provider, Usage
+from chat.models import ApiToken, Conversation, Message, Provider, Usage
 
 pytestmark = pytest.mark.django_db
 
@@ -101,3 +103,114 @@ def test_usage_list_filters_and_totals(staff_client, history):
     bob = history.owner.__class__.objects.get(username="bob")
     assert listing(user__id__exact=bob.pk)[0] == ["model-b"]
     assert staff_client.get("/admin/chat/usage/add/").status_code == 403
+
+
+def test_provider_connection_limit_is_an_admin_field(staff_client, provider):
+    data = {"name": "i14", "base_url": "https://api.i14.ai/v1", "api_key": "", "model_list": "", "enabled": "on"}
+    page = staff_client.get(f"/admin/chat/provider/{provider.pk}/change/").content.decode()
+    assert 'name="max_connections"' in page and "UPSTREAM_PROVIDER_MAX_CONNECTIONS" in page
+    staff_client.post(f"/admin/chat/provider/{provider.pk}/change/", {**data, "max_connections": "2"})
+    provider.refresh_from_db()
+    assert provider.max_connections == 2
+    response = staff_client.post(f"/admin/chat/provider/{provider.pk}/change/", {**data, "max_connections": "-1"})
+    provider.refresh_from_db()
+    assert response.status_code == 200 and provider.max_connections == 2  # refused with the form's error
+
+
+def staff_with(django_user_model, username: str, *codenames: str):
+    """A staff user (not a superuser) holding only the named chat permissions."""
+    user = django_user_model.objects.create_user(username, password="staff-pw-123456", is_staff=True)
+    user.user_permissions.set(Permission.objects.filter(content_type__app_label="chat", codename__in=codenames))
+    return user
+
+
+def revoke_post(client, token):
+    return client.post(
+        "/admin/chat/apitoken/", {"action": "revoke", "_selected_action": [token.pk], "index": 0}, follow=True
+    )
+
+
+def test_revoking_tokens_needs_the_change_permission(client, django_user_model):
+    token, _secret = ApiToken.issue(django_user_model.objects.create_user("alice"), "laptop")
+    client.force_login(staff_with(django_user_model, "viewer", "view_apitoken"))
+    listing = client.get("/admin/chat/apitoken/")
+    assert listing.status_code == 200 and b"laptop" in listing.content
+    assert b"Revoke the selected tokens" not in listing.content
+    revoke_post(client, token)
+    token.refresh_from_db()
+    assert token.revoked is None
+
+    client.force_login(staff_with(django_user_model, "changer", "view_apitoken", "change_apitoken"))
+    assert b"Revoke the selected tokens" in client.get("/admin/chat/apitoken/").content
+    assert b"Revoked 1 token(s)." in revoke_post(client, token).content
+    token.refresh_from_db()
+    assert token.revoked is not None
+
+
+# --- where a provider's key may go -------------------------------------------------
+
+
+def provider_form(**changes):
+    data = {"name": "i14", "base_url": "https://api.i14.ai/v1", "api_key": "", "default_model": "", "model_list": ""}
+    return {**data, "enabled": "on", **changes}
+
+
+@pytest.mark.parametrize(
+    "base_url",
+    [
+        "https://listener.example/v1",
+        "http://api.i14.ai/v1",
+        "https://api.i14.ai:8443/v1",
+        "https://api.i14.ai.evil.example/v1",
+    ],
+)
+def test_a_base_url_on_another_server_needs_the_key_entered_again(staff_client, provider, base_url):
+    url = f"/admin/chat/provider/{provider.pk}/change/"
+    response = staff_client.post(url, provider_form(base_url=base_url))
+    assert response.status_code == 200
+    assert "enter the API key again" in response.context["adminform"].form.errors["api_key"][0]
+    provider.refresh_from_db()
+    assert provider.base_url == "https://api.i14.ai/v1" and provider.api_key == "sk-very-secret-key-42"
+
+    # Typed again (even the same key): the person who changed the URL knows the key.
+    assert staff_client.post(url, provider_form(base_url=base_url, api_key="sk-very-secret-key-42")).status_code == 302
+    provider.refresh_from_db()
+    assert provider.base_url == base_url and provider.api_key == "sk-very-secret-key-42"
+
+
+def test_a_new_path_on_the_same_server_keeps_the_key(staff_client, provider):
+    url = f"/admin/chat/provider/{provider.pk}/change/"
+    assert staff_client.post(url, provider_form(base_url="https://API.i14.ai:443/v2")).status_code == 302
+    provider.refresh_from_db()
+    assert provider.base_url == "https://API.i14.ai:443/v2" and provider.api_key == "sk-very-secret-key-42"
+
+
+def test_model_clean_refuses_a_kept_key_on_another_server(provider):
+    provider.base_url = "https://listener.example/v1"
+    with pytest.raises(ValidationError) as caught:
+        provider.full_clean()
+    assert "enter the API key again" in caught.value.message_dict["api_key"][0]
+    provider.api_key = "sk-for-the-listener"
+    provider.full_clean()
+
+
+LINK_LOCAL_URLS = [
+    "http://169.254.169.254/latest/meta-data/",
+    "http://[fd00:ec2::254]/v1",
+    "http://[fe80::1]:8080/v1",
+    "http://[::ffff:169.254.169.254]/v1",
+]
+
+
+@pytest.mark.parametrize("base_url", LINK_LOCAL_URLS)
+def test_link_local_and_metadata_base_urls_are_refused_unless_allowed(staff_client, settings, base_url):
+    form = provider_form(name="meta", base_url=base_url, api_key="k")
+    response = staff_client.post("/admin/chat/provider/add/", form)
+    assert response.status_code == 200
+    error = response.context["adminform"].form.errors["base_url"][0]
+    assert "link-local or cloud metadata address" in error and "UPSTREAM_ALLOW_LINK_LOCAL" in error
+    assert not Provider.objects.filter(name="meta").exists()
+
+    settings.UPSTREAM_ALLOW_LINK_LOCAL = True
+    assert staff_client.post("/admin/chat/provider/add/", form).status_code == 302
+    assert Provider.objects.get(name="meta").base_url == base_url

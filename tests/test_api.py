@@ -11,7 +11,7 @@ import openai
 import pytest
 from django.core.management import call_command
 
-from chat.models import ApiToken, Conversation, Usage
+from chat.models import ApiToken, Conversation, Provider, Usage
 from tests.conftest import MODELS
 from tests.live import ROOT, LiveServer, database_url
 
@@ -62,7 +62,7 @@ def test_stream_is_the_upstreams_bytes_plus_keep_alive_comments(server, token, p
                                                          stream_options={"include_usage": True}))  # fmt: skip
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/event-stream")
-    assert response.headers["x-accel-buffering"] == "no" and response.headers["cache-control"] == "no-cache"
+    assert response.headers["x-accel-buffering"] == "no" and "no-store" in response.headers["cache-control"]
     received = b"".join(piece for _, piece in pieces)
     assert pieces[0][1].startswith(b": connected\n\n")
     data_events = [e for e in events_of(received) if e.startswith(b"data:")]
@@ -125,6 +125,35 @@ def test_provider_prefix_picks_the_provider(sdk, providers, fake):
     with pytest.raises(openai.NotFoundError):  # the fake api14 does not know the id
         sdk.chat.completions.create(model="api14/shared-model", messages=[{"role": "user", "content": "hi"}])
     assert fake.app.last().dialect == "api14" and fake.app.last().body["model"] == "shared-model"
+
+
+def test_v1_answers_are_never_stored_by_a_cache(server, token, providers):
+    auth = {"Authorization": f"Bearer {token}"}
+    responses = [
+        httpx.get(server.url + "/v1/models", headers=auth),
+        httpx.post(server.url + "/v1/chat/completions", json=message("hi"), headers=auth, timeout=30),
+        httpx.post(server.url + "/v1/chat/completions", json={"model": I14}, headers=auth),  # 400
+        httpx.get(server.url + "/v1/models"),  # 401
+    ]
+    for response in responses:
+        assert response.headers["content-type"].startswith("application/json"), response.text
+        assert "no-store" in response.headers["cache-control"], (response.request.url, response.status_code)
+    assert [r.status_code for r in responses] == [200, 200, 400, 401]
+
+
+def test_a_provider_on_a_link_local_address_is_never_called(server, token, providers):
+    # Saved before the check existed (or by code that skips clean()); fe80::1 on the loopback
+    # interface is link-local, and a packet to it could not leave this machine anyway.
+    Provider.objects.create(
+        name="meta", base_url="http://[fe80::1%lo]:9/v1", api_key="sk-cloud-key", model_list="metadata-model"
+    )
+    auth = {"Authorization": f"Bearer {token}"}
+    for stream in (False, True):
+        body = message("hi", "metadata-model", stream=stream)
+        response = httpx.post(server.url + "/v1/chat/completions", json=body, headers=auth, timeout=30)
+        assert response.status_code == 502
+        error = response.json()["error"]["message"]
+        assert "fe80::1 is link-local or a cloud metadata service, which is refused" in error
 
 
 def test_models_list_is_openai_shaped(sdk):
@@ -277,11 +306,12 @@ def test_a_client_that_leaves_closes_the_upstream_within_a_second_and_is_metered
 
 
 def wait_for_usage() -> Usage:
-    # The server writes the row as the cancelled stream unwinds, just after the disconnect.
+    # The row is written as `streaming` when the request starts and settled as the
+    # cancelled stream unwinds, just after the disconnect.
     deadline = time.monotonic() + 5
-    while (usage := Usage.objects.first()) is None and time.monotonic() < deadline:
+    while ((usage := Usage.objects.first()) is None or usage.status == "streaming") and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert usage is not None, "no usage row written"
+    assert usage is not None and usage.status != "streaming", "the usage row was not settled"
     return usage
 
 
@@ -355,3 +385,56 @@ def test_api_conversations_can_be_stored(server, token, providers, settings):
     assert [m.role for m in conversation.messages.all()] == ["user", "assistant"]
     assert conversation.messages.last().content == answer.choices[0].message.content == "stored?"
     assert Usage.objects.get().message == conversation.messages.last()
+
+
+# --- what an upstream may send ---------------------------------------------------------
+
+FILLER = "Streaming tokens from the demo upstream keeps the relay busy while the benchmark measures".split()
+
+
+def test_unreadable_events_are_skipped_so_the_sdk_reads_the_whole_answer(sdk):
+    stream = sdk.chat.completions.create(
+        model="claude-sonnet-5", messages=[{"role": "user", "content": "[[malformed:2]] [[chunks:12]]"}], stream=True
+    )
+    text = "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
+    assert text == " ".join(FILLER[:12]) + " "
+    assert Usage.objects.get().status == "complete"
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_upstream_error_bodies_are_scrubbed_and_never_html(server, token, providers, stream):
+    from tests.conftest import FAKE_KEY
+
+    headers = {"Authorization": f"Bearer {token}"}
+    url = server.url + "/v1/chat/completions"
+    response = httpx.post(url, json=message("[[status:400]] [[echoauth]]", stream=stream), headers=headers)
+    assert response.status_code == 400 and FAKE_KEY not in response.text
+    assert "Authorization: Bearer [redacted]" in response.json()["error"]["message"]
+    assert FAKE_KEY not in Usage.objects.get().error
+    response = httpx.post(url, json=message("[[status:502]] [[html]]", stream=stream), headers=headers)
+    assert response.status_code == 502 and response.headers["content-type"] == "application/json"
+    assert response.json()["error"]["message"] == "upstream 502: 502 Bad Gateway"
+
+
+def test_reply_and_response_caps(token, providers):
+    """A dedicated server with small caps: a long stream ends with an error event, a long answer is refused."""
+    from django.db import connection
+
+    env = {"DATABASE_URL": database_url(connection.settings_dict), "CHAT_MAX_REPLY_BYTES": "5000",
+           "API_MAX_RESPONSE_BYTES": "20000"}  # fmt: skip
+    with LiveServer(env) as live:
+        _, pieces = raw_stream(live, token, message("[[chunks:50]] [[size:1000]]", "claude-sonnet-5", stream=True))
+        events = [e for e in events_of(b"".join(p for _, p in pieces)) if e.startswith(b"data:")]
+        assert events[-1] == b"data: [DONE]\n\n" and b'"code":"reply_too_large"' in events[-2]
+        assert len(events) < 12  # stopped after about 5 of the 50 chunks
+        usage = Usage.objects.get()
+        assert usage.status == "failed" and "limit of 5000 bytes" in usage.error
+        usage.delete()
+
+        client = openai.OpenAI(base_url=live.url + "/v1", api_key=token, max_retries=0)
+        with pytest.raises(openai.APIStatusError) as caught:
+            client.chat.completions.create(
+                model="claude-sonnet-5", messages=[{"role": "user", "content": "[[chunks:50]] [[size:1000]]"}]
+            )
+        assert caught.value.status_code == 502 and "larger than 20000 bytes" in caught.value.message
+        assert Usage.objects.get().status == "failed"

@@ -46,6 +46,12 @@ async def test_with_no_upstream_configured_the_demo_provider_answers(alice):
         demo = await Provider.objects.aget(name="demo")
         assert demo.base_url == f"{server.url}/_demo/i14/v1"
         assert "built-in demo upstream" in server.output()
+        # In the server's own process the demo's directives are capped (DEMO_CAPS): 5000 chunks, not 15 million.
+        big = {"type": "send", "conversation": None, "content": "[[chunks:15000000]] [[delay:0]] [[reasoning:0]]"}
+        frames = await chat_over_websocket(server.url, alice, big)
+        assert frames[-1]["status"] == "complete" and frames[-1]["finish_reason"] == "stop"
+        reply = await Message.objects.aget(pk=frames[0]["message"])
+        assert len(reply.content.split()) == 5000
     finally:
         await sync_to_async(server.stop)()
 
@@ -53,7 +59,7 @@ async def test_with_no_upstream_configured_the_demo_provider_answers(alice):
 async def test_provider_key_never_reaches_a_socket_or_a_log(server, alice, providers):
     providers["i14"].api_key = "wrong-key-but-still-secret"
     await providers["i14"].asave()
-    for content in ("hello", "[[status:500]] hi"):
+    for content in ("hello", "[[status:500]] hi", "[[status:400]] [[echoauth]] an upstream echoing the key"):
         frames = await chat_over_websocket(
             server.url, alice, {"type": "send", "conversation": None, "content": content, "model": "claude-sonnet-5"}
         )

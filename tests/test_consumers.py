@@ -163,7 +163,7 @@ async def test_upstream_faults_mid_stream_keep_the_partial_text(
     [
         ("i14", I14, 401, "(401 invalid_api_key)"),
         ("i14", "i14-other-model", 403, "model_not_allowed"),
-        ("api14", "openai/gpt-5-mini", 429, "Retry after 7 s"),
+        ("api14", "openai/gpt-5-mini", 429, "retry after 7 seconds."),
         ("infyrence", "claude-sonnet-5", 500, "(500"),
         ("api14", "openai/gpt-5-mini", 503, "(503"),
     ],
@@ -181,6 +181,7 @@ async def test_errors_before_the_first_byte_fail_the_message(connect, alice, pro
     frames = await ws.until("done")
     done = frames[-1]
     assert done["status"] == "failed" and text in done["error"]
+    assert done["error"].lower().count("retry after") == (code == 429)  # the upstream's hint, not repeated
     reply = await Message.objects.aget(pk=frames[0]["message"])
     assert reply.status == "failed" and text in reply.error and reply.content == ""
     assert (await Usage.objects.aget(message=reply)).status == "failed"
@@ -196,13 +197,89 @@ async def test_unreachable_upstream_fails_cleanly(connect, alice, providers):
     assert done["status"] == "failed" and "Cannot reach the upstream" in done["error"]
 
 
-async def test_malformed_frame_from_upstream_fails_with_partial_text(connect, alice, providers):
+async def test_a_stream_ending_on_a_broken_frame_is_interrupted_with_partial_text(connect, alice, providers):
     _, _, ws = await connect(alice)
     await ws.send(type="send", conversation=None, content="[[fault:malformed]] [[chunks:20]]", model="claude-sonnet-5")
     frames = await ws.until("done")
-    assert frames[-1]["status"] == "failed" and "unreadable" in frames[-1]["error"]
+    # one unreadable event is skipped; then the upstream ended without finishing
+    assert frames[-1]["status"] == "interrupted"
     reply = await Message.objects.aget(pk=frames[0]["message"])
-    assert reply.status == "failed" and reply.content == joined(frames, "content") != ""
+    assert reply.status == "interrupted" and reply.content == joined(frames, "content") != ""
+
+
+FILLER = "Streaming tokens from the demo upstream keeps the relay busy while the benchmark measures".split()
+
+
+async def test_unreadable_events_are_skipped_and_the_answer_completes(connect, alice, providers):
+    _, _, ws = await connect(alice)
+    await ws.send(type="send", conversation=None, content="[[malformed:2]] [[chunks:12]]", model="claude-sonnet-5")
+    frames = await ws.until("done")
+    assert frames[-1]["status"] == "complete" and frames[-1]["error"] is None
+    reply = await Message.objects.aget(pk=frames[0]["message"])
+    # the valid chunks after the bad lines are all there
+    assert reply.content == joined(frames, "content") == " ".join(FILLER[:12]) + " "
+
+
+async def test_too_many_unreadable_events_fail_with_a_sentence(connect, alice, providers):
+    _, _, ws = await connect(alice)
+    await ws.send(type="send", conversation=None, content="[[malformed:5]] [[chunks:12]]", model="claude-sonnet-5")
+    frames = await ws.until("done")
+    expected = (
+        "The upstream sent something unreadable (the upstream sent 3 events that are not valid JSON); "
+        "the text so far was kept."
+    )
+    assert frames[-1]["status"] == "failed" and frames[-1]["error"] == expected
+    reply = await Message.objects.aget(pk=frames[0]["message"])
+    assert reply.status == "failed" and reply.error == expected and reply.content == " ".join(FILLER[:3]) + " "
+
+
+async def test_a_reply_past_the_cap_is_stopped_failed_with_its_text_kept(connect, alice, providers):
+    _, _, ws = await connect(alice)
+    with override_settings(CHAT_MAX_REPLY_BYTES=5000):
+        await ws.send(type="send", conversation=None, content="[[chunks:50]] [[size:1000]] [[reasoning:0]]", model=I14)
+        frames = await ws.until("done")
+    done = frames[-1]
+    assert done["status"] == "failed" and "limit of 5000 bytes" in done["error"]
+    reply = await Message.objects.aget(pk=frames[0]["message"])
+    assert reply.status == "failed" and len(reply.content.encode()) == 5000 == len(joined(frames, "content"))
+    assert (await Usage.objects.aget(message=reply)).status == "failed"
+
+
+async def test_a_line_past_the_cap_fails_the_stream_clearly(connect, alice, providers):
+    _, _, ws = await connect(alice)
+    with override_settings(UPSTREAM_MAX_LINE_BYTES=100_000):
+        await ws.send(type="send", conversation=None, content="[[chunks:3]] [[size:200000]]", model="claude-sonnet-5")
+        frames = await ws.until("done")
+    assert frames[-1]["status"] == "failed"
+    assert "an event longer than 100000 bytes" in frames[-1]["error"] and "b'" not in frames[-1]["error"]
+
+
+async def test_an_echoed_key_or_an_html_page_never_reaches_the_user(connect, alice, providers):
+    from tests.conftest import FAKE_KEY
+
+    _, _, ws = await connect(alice)
+    await ws.send(type="send", conversation=None, content="[[status:400]] [[echoauth]]", model="claude-sonnet-5")
+    frames = await ws.until("done")
+    error = frames[-1]["error"]
+    assert FAKE_KEY not in error and "Authorization: Bearer [redacted]" in error
+    reply = await Message.objects.aget(pk=frames[0]["message"])
+    usage = await Usage.objects.aget(message=reply)
+    assert FAKE_KEY not in reply.error and FAKE_KEY not in usage.error
+    await ws.send(type="send", conversation=None, content="[[status:502]] [[html]]", model=I14)
+    frames = await ws.until("done")
+    assert frames[-1]["error"] == "The upstream refused the request (502): 502 Bad Gateway"
+
+
+async def test_upstream_strings_are_cut_to_their_columns(connect, alice, providers):
+    _, _, ws = await connect(alice)
+    finish = "stop_" + "x" * 35
+    await ws.send(type="send", conversation=None, content=f"[[finish:{finish}]] [[longid]] hi", model="claude-sonnet-5")
+    frames = await ws.until("done")
+    assert frames[-1]["status"] == "complete"
+    reply = await Message.objects.aget(pk=frames[0]["message"])
+    usage = await Usage.objects.aget(message=reply)
+    assert reply.finish_reason == usage.finish_reason == finish[:30]
+    assert len(usage.upstream_id) == len(usage.request_id) == 200 and usage.upstream_id.startswith("chatcmpl_")
 
 
 async def test_stop_closes_the_upstream_and_keeps_the_partial_text(connect, alice, providers, fake):
@@ -519,3 +596,50 @@ async def test_a_socket_follows_only_the_conversation_it_last_opened(connect, al
     if attached["message"] is not None:  # the stop had not landed yet: follow it to its end
         assert (await ws.until("done"))[-1]["status"] == "stopped"
     assert (await Message.objects.aget(pk=delta["message"])).status == "stopped"
+
+
+# --- frames under daphne's 1 MiB limit --------------------------------------------------
+
+
+def test_a_long_snapshot_is_cut_into_frames_under_the_limit():
+    import orjson
+
+    content, reasoning = "\x01" * 300_000 + "✓" * 100_000, "é" * 200_000  # \x01 grows sixfold in JSON
+    texts = generation.snapshot_frames(1, 2, content, reasoning, "streaming", "m", 7)
+    frames = [orjson.loads(text) for text in texts]
+    assert max(len(text.encode()) for text in texts) < 1024 * 1024
+    assert frames[0]["type"] == "snapshot" and frames[0]["seq"] == 7 and frames[0]["more"] is True
+    assert all(f["type"] == "snapshot_part" and f["message"] == 2 for f in frames[1:])
+    assert [f["more"] for f in frames] == [True] * (len(frames) - 1) + [False]
+    assert "".join(f.get("content", "") for f in frames) == content
+    assert "".join(f.get("reasoning", "") for f in frames) == reasoning
+    # a short one stays one plain frame, without `more`
+    assert [orjson.loads(t) for t in generation.snapshot_frames(1, 2, "hi", "", "complete", "m", None)] == [
+        {"type": "snapshot", "conversation": 1, "message": 2, "content": "hi", "reasoning": "", "status": "complete",
+         "model": "m", "seq": None}
+    ]  # fmt: skip
+
+
+async def test_a_huge_upstream_chunk_becomes_several_deltas(connect, alice, providers):
+    _, _, ws = await connect(alice)
+    with override_settings(CHAT_MAX_REPLY_BYTES=5_000_000):
+        await ws.send(type="send", conversation=None, content="[[chunks:3]] [[size:400000]]", model="claude-sonnet-5")
+        frames = await ws.until("done", timeout=60)
+    deltas = [f for f in frames if f["type"] == "delta"]
+    assert frames[-1]["status"] == "complete" and len(deltas) > 1_200_000 // generation.MAX_FRAME_CHARS
+    assert max(len(d.get("content", "")) + len(d.get("reasoning", "")) for d in deltas) <= generation.MAX_FRAME_CHARS
+    assert [d["seq"] for d in deltas] == list(range(1, len(deltas) + 1))
+    reply = await Message.objects.aget(pk=frames[0]["message"])
+    assert reply.content == joined(frames, "content") and len(reply.content) == 1_200_000
+
+
+async def test_a_silent_upstream_fails_after_the_first_byte_timeout(connect, alice, providers):
+    _, _, ws = await connect(alice)
+    loop = asyncio.get_running_loop()
+    with override_settings(UPSTREAM_FIRST_BYTE_TIMEOUT=1.0):
+        started = loop.time()
+        await ws.send(type="send", conversation=None, content="[[wait:20000]] hi", model="claude-sonnet-5")
+        frames = await ws.until("done", timeout=15)
+    assert loop.time() - started < 10  # not UPSTREAM_READ_TIMEOUT's 300 s
+    assert frames[-1]["status"] == "failed"
+    assert frames[-1]["error"] == "The upstream timed out: the upstream did not answer in time."

@@ -615,3 +615,25 @@ def test_reasoning_directive_on_infyrence_uses_delta_reasoning(client: httpx.Cli
     assert single["choices"][0]["message"] == {"role": "assistant", "content": "hi", "reasoning": "Okay, the "}
     none = post(client, "api14", body("deepseek/deepseek-r1", "[[reasoning:0]] [[echo]] hi")).content
     assert b'"reasoning"' not in none and b"reasoning_tokens" not in none
+
+
+def test_new_directives_size_malformed_html_echoauth(client: httpx.Client, fake: FakeUpstream) -> None:
+    r = post(client, "infyrence", body("claude-sonnet-5", "[[chunks:2]] [[size:5000]] [[malformed:1]]"))
+    lines = [line for line in r.content.split(b"\n\n") if line]
+    assert b"data: {unreadable" in lines and max(map(len, lines)) > 5000
+    r = post(client, "i14", body(I14_MODEL, "[[status:502]] [[html]]"))
+    assert r.status_code == 502 and r.headers["content-type"] == "text/html"
+    assert b"<title>502 Bad Gateway</title>" in r.content
+    r = post(client, "infyrence", body("claude-sonnet-5", "[[status:401]] [[echoauth]]"))
+    assert r.status_code == 401 and f"Bearer {fake.api_key}" in r.json()["error"]["message"]
+
+
+def test_caps_bound_the_directives_and_the_log_is_bounded() -> None:
+    from chat.fakeupstream import DEMO_CAPS, _capped
+
+    capped = _capped({"chunks": "15000000", "delay": "1e9", "size": "nan", "echo": ""}, DEMO_CAPS)
+    assert capped == {"chunks": "5000", "delay": "2000", "size": "2000", "echo": ""}
+    app = FakeUpstream(max_records=3)
+    for n in range(5):
+        app.streams.append(n)
+    assert list(app.streams) == [2, 3, 4]

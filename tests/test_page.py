@@ -668,3 +668,57 @@ def test_demo_banner_when_the_only_provider_is_the_built_in_demo(new_page, alice
         expect(reply.locator(".answer")).to_contain_text("demo upstream")
     finally:
         demo.stop()
+
+
+# --- what an upstream sends is bounded ------------------------------------------------
+
+DAPHNE_FRAME_LIMIT = 1024 * 1024
+
+
+def test_waiting_for_the_model_shows_the_elapsed_time_until_the_first_token(page):
+    choose_model(page, CLAUDE)
+    reply = send(page, "[[wait:12500]] [[echo]] finally")
+    waiting = reply.locator(".message-waiting")
+    expect(waiting).to_be_hidden()
+    expect(waiting).to_have_text(re.compile(r"^Waiting for the model… 1[0-2] s$"), timeout=20_000)
+    wait_done(reply)
+    expect(waiting).to_be_hidden()
+    expect(reply.locator(".answer")).to_have_text("finally")
+
+
+def test_a_3_mb_reply_streams_and_attaches_in_frames_under_the_limit(new_page, alice, providers):
+    """Deltas and the attach snapshot of a reply far over 1 MiB arrive split; the page joins them."""
+    env = {
+        "DATABASE_URL": database_url(connection.settings_dict),
+        "CHAT_MAX_REPLY_BYTES": "5000000",
+        ASYNC_UNSAFE: "",
+    }
+    with LiveServer(env) as live:
+        frames: dict[str, list[str]] = {"first": [], "second": []}
+
+        def record(page, name):
+            page.on("websocket", lambda ws: ws.on("framereceived", lambda payload: frames[name].append(payload)))
+
+        first = new_page(alice, url=live.url)
+        record(first, "first")
+        open_chat(first)
+        choose_model(first, CLAUDE)
+        reply = send(first, "[[chunks:6]] [[size:500000]] [[delay:1500]] three megabytes")
+        message_id = reply.get_attribute("data-message-id")
+        wait_longer_while_streaming(first, reply, 1_100_000)  # over 1 MiB already: the snapshot is split
+
+        second = new_page(alice, url=live.url)
+        record(second, "second")
+        open_chat(second, first.url)
+        mirrored = second.locator(f'article[data-message-id="{message_id}"]')
+        wait_done(reply, timeout=60_000)
+        wait_done(mirrored, timeout=60_000)
+        stored = Message.objects.get(pk=message_id).content
+        assert len(stored) == 3_000_000
+        text = "".join(stored.split())
+        for article in (reply, mirrored):  # the page shows every character (paragraphs as paragraphs)
+            assert article.locator(".answer").evaluate("el => el.textContent.replace(/\\s+/g, '')") == text
+    for name, received in frames.items():
+        sizes = [len(payload.encode()) if isinstance(payload, str) else len(payload) for payload in received]
+        assert sizes and max(sizes) < DAPHNE_FRAME_LIMIT, (name, max(sizes))
+    assert any('"type":"snapshot_part"' in payload for payload in frames["second"] if isinstance(payload, str))

@@ -119,9 +119,44 @@ async def test_a_finished_stream_without_done_just_gets_done():
     assert out[-1] == DONE_EVENT and b"upstream_interrupted" not in out[-2] and relay.status == "complete"
 
 
-async def test_malformed_events_are_forwarded_and_fail_the_request():
+async def test_an_unreadable_event_is_skipped_and_the_stream_goes_on():
+    # The same rule as the chat: skipped (an SDK would raise on it), counted, not fatal alone.
     relay, out = await collect(ScriptedStream(b"data: {oops\n\n" + API14_STREAM))
-    assert out[1] == b"data: {oops\n\n" and relay.status == "failed" and "malformed" in relay.error
+    assert out[1:] == data_events(API14_STREAM)
+    assert relay.malformed == 1 and relay.status == "complete" and relay.state.text == "Hello!"
+
+
+async def test_several_unreadable_events_end_the_stream_with_an_error_event():
+    events = data_events(API14_STREAM)
+    body = events[0] + b"data: {oops\n\n" + b"data: [1, 2\n\n" + events[1] + b"data: nope\n\n" + events[2]
+    relay, out = await collect(ScriptedStream(body))
+    assert out[1:3] == events[:2] and out[-1].endswith(DONE_EVENT)
+    error = orjson.loads(out[-1].removesuffix(DONE_EVENT).removeprefix(b"data: "))["error"]
+    assert error["code"] == "upstream_malformed" and error["message"] == (
+        "upstream protocol: the upstream sent 3 events that are not valid JSON"
+    )
+    assert relay.status == "failed" and relay.malformed == 3 and relay.state.text == "Hello!"
+    assert b"b'" not in out[-1]  # a sentence, no Python repr
+
+
+async def test_a_reply_past_its_cap_is_ended_with_an_error_and_metered_failed():
+    relay = Relay(ScriptedStream(API14_STREAM), StreamState(started_at=0.0, max_reply=4), forward_usage=True,
+                  heartbeat=5)  # fmt: skip
+    out = [data async for data in relay]
+    assert out[1:3] == data_events(API14_STREAM)[:2]  # "Hel", then "lo!" crosses the cap
+    error = orjson.loads(out[-1].removesuffix(DONE_EVENT).removeprefix(b"data: "))["error"]
+    assert error["code"] == "reply_too_large" and "limit of 4 bytes" in error["message"]
+    assert relay.status == "failed" and relay.state.text == "Hell" and len(out) == 4
+
+
+async def test_an_upstream_error_event_has_the_key_scrubbed():
+    key = "sk-provider-secret-123456"
+    event = b'data: {"error":{"message":"bad auth: Bearer ' + key.encode() + b" (key " + key.encode() + b')"}}\n\n'
+    state = StreamState(started_at=0.0, secrets=(key,))
+    relay = Relay(ScriptedStream(event + b"data: [DONE]\n\n"), state, forward_usage=True, heartbeat=5)
+    out = b"".join([data async for data in relay])
+    assert key.encode() not in out and b"Bearer [redacted]" in out
+    assert key not in relay.error and relay.status == "failed"
 
 
 async def test_cancelling_the_relay_stops_reading_the_upstream():

@@ -1,5 +1,6 @@
 """Scale-out: two daphne processes on PostgreSQL and Redis, a stream on one watched and stopped from the other."""
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -137,3 +138,27 @@ async def test_a_process_that_dies_mid_stream_is_swept_by_the_other(cluster):
         (saved,) = db.execute("SELECT content FROM chat_message WHERE id = %s", [started["message"]]).fetchone()
     assert saved and (seen[1]["content"] + text(seen)).startswith(saved)
     first.start()  # the next test gets a working pair again
+
+
+async def test_api_stream_cap_holds_for_simultaneous_requests_to_both_processes(cluster):
+    """Twelve requests at once, six to each process: the user's row lock lets exactly API_MAX_STREAMS (8) in."""
+    first, second = cluster
+    token = await asyncio.to_thread(create_token, first.database_url)
+    request = {"model": MODELS["i14"], "stream": True, "messages": [{"role": "user", "content": SLOW}]}
+    async with httpx.AsyncClient(timeout=30, headers={"Authorization": f"Bearer {token}"}) as client:
+        opened = [
+            client.stream("POST", server.url + "/v1/chat/completions", json=request) for server in (first, second) * 6
+        ]
+        responses = await asyncio.gather(*(stream.__aenter__() for stream in opened))
+        statuses = sorted(response.status_code for response in responses)
+        for stream in opened:
+            await stream.__aexit__(None, None, None)
+    assert statuses == [200] * 8 + [429] * 4
+
+
+def create_token(database_url: str) -> str:
+    env = {**os.environ, "DATABASE_URL": database_url}
+    made = subprocess.run(
+        [sys.executable, "manage.py", "createtoken", "carol"], cwd=ROOT, env=env, check=True, capture_output=True
+    )
+    return made.stdout.decode().strip().splitlines()[-1]

@@ -1,6 +1,8 @@
 """Settings from the environment: safe production settings, a SQLite that takes concurrent writers."""
 
 import os
+import shutil
+import stat
 import subprocess
 import sys
 
@@ -63,3 +65,46 @@ def test_sqlite_runs_in_wal_mode_with_immediate_transactions():
         cursor.execute("PRAGMA busy_timeout")
         assert cursor.fetchone()[0] == 20000
     assert connection.transaction_mode == "IMMEDIATE"
+
+
+def test_limit_defaults_and_token_limits_follow_the_user_limits(settings):
+    assert (settings.CHAT_MAX_STREAMS, settings.API_MAX_STREAMS, settings.RATE_LIMIT_PER_MINUTE) == (4, 8, 60)
+    assert settings.API_TOKEN_MAX_STREAMS == 8 and settings.API_TOKEN_RATE_LIMIT_PER_MINUTE == 60
+    assert (settings.MAX_TOKENS_LIMIT, settings.API_MAX_N) == (32768, 1)
+    assert settings.UPSTREAM_PROVIDER_MAX_CONNECTIONS == settings.UPSTREAM_MAX_CONNECTIONS // 2
+    result = manage("check", env={"UPSTREAM_MAX_TOKENS": "40000"})
+    assert result.returncode != 0 and "UPSTREAM_MAX_TOKENS must be between 1 and MAX_TOKENS_LIMIT" in result.stderr
+
+
+SETTINGS_ONLY = """
+import os, pathlib, sys
+# Any chmod after creation would hide a moment with a wider mode: the file must be born 600.
+os.umask(0o022)
+os.chmod = pathlib.Path.chmod = lambda *args, **kwargs: sys.exit("chmod called")
+sys.path.insert(0, os.getcwd())
+from chatsite import settings
+print(settings.SECRET_KEY)
+"""
+
+
+def test_generated_secret_key_file_is_created_readable_by_its_owner_only(tmp_path):
+    shutil.copytree(ROOT / "chatsite", tmp_path / "chatsite", ignore=shutil.ignore_patterns("__pycache__"))
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SECRET_KEY"}
+
+    def settings_key() -> str:
+        result = subprocess.run([sys.executable, "-c", SETTINGS_ONLY], cwd=tmp_path, env=env, capture_output=True)
+        assert result.returncode == 0, result.stderr.decode()
+        return result.stdout.decode().strip()
+
+    key = settings_key()
+    path = tmp_path / ".secret_key"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert len(key) >= 50 and path.read_text() == key
+    assert settings_key() == key  # kept, not regenerated
+
+
+@pytest.mark.django_db
+def test_csrf_cookie_is_http_only(client):
+    response = client.get("/accounts/login/")
+    cookie = response.cookies["csrftoken"]
+    assert cookie.value and cookie["httponly"] is True

@@ -90,3 +90,51 @@ def test_end_of_stream_keeps_complete_lines_and_drops_a_cut_fragment():
 
 def test_blank_lines_alone_dispatch_nothing():
     assert decode(b"\n\n\r\n") == []
+
+
+def _feed_one_long_line(size: int, piece: int = 16 * 1024) -> float:
+    """Seconds of CPU to decode one `data:` line of `size` bytes arriving in `piece`-byte reads."""
+    import time
+
+    decoder = SSEDecoder(max_event=size + 1024)
+    block = b"x" * piece
+    started = time.process_time()
+    decoder.feed(b"data: ")
+    for _ in range(size // piece):
+        assert decoder.feed(block) == []
+    events = decoder.feed(b"\n\n")
+    elapsed = time.process_time() - started
+    assert len(events) == 1 and len(events[0].data) == size // piece * piece
+    return elapsed
+
+
+def test_a_long_line_costs_linear_time():
+    # Per byte, a 40 MB line must cost about what a 10 MB one does (quadratic would be 4x).
+    _feed_one_long_line(1_000_000)  # warm up
+    small = min(_feed_one_long_line(10_000_000) for _ in range(2)) / 10
+    large = _feed_one_long_line(40_000_000) / 40
+    assert large < 3 * small + 0.002, (small, large)
+
+
+def test_a_line_past_the_cap_is_refused_before_it_ends():
+    from chat.sse import LineTooLong
+
+    decoder = SSEDecoder(max_event=1000)
+    decoder.feed(b"data: " + b"x" * 500)
+    with pytest.raises(LineTooLong, match="longer than 1000 bytes"):
+        decoder.feed(b"x" * 600)  # no line end yet: the decoder stops buffering here
+    # a whole line in one read, and an event of many short lines, are capped the same way
+    with pytest.raises(LineTooLong):
+        SSEDecoder(max_event=1000).feed(b"data: " + b"y" * 1000 + b"\n\n")
+    with pytest.raises(LineTooLong):
+        SSEDecoder(max_event=1000).feed(b"data: z\n" * 200)
+    # under the cap nothing changes
+    assert [e.data for e in SSEDecoder(max_event=1000).feed(b"data: " + b"w" * 900 + b"\n\n")] == [b"w" * 900]
+
+
+@pytest.mark.parametrize("piece", [1, 2, 5])
+def test_lines_split_across_many_reads_keep_their_raw_bytes(piece):
+    stream = b"data: one\r\ndata: two\r\r\ndata: " + b"long" * 50 + b"\r\n\r\n: c\n\n"
+    events = decode(stream, piece)
+    assert b"".join(e.raw for e in events) == stream
+    assert [e.data for e in events] == [b"one\ntwo", b"long" * 50, None]

@@ -3,6 +3,7 @@
 import asyncio
 from decimal import Decimal
 
+import httpx
 import orjson
 import pytest
 import pytest_asyncio
@@ -92,11 +93,48 @@ def test_without_usage_the_counts_are_estimated():
     assert state.outcome() == "interrupted"
 
 
-def test_malformed_payloads_are_protocol_errors():
+def test_malformed_payloads_are_skipped_counted_and_fail_at_the_limit():
     for data in (b"{oops", b"[1]", b'"text"'):
         with pytest.raises(UpstreamError) as caught:
-            StreamState(started_at=0).feed(data, 0)
-        assert caught.value.kind == "protocol"
+            upstream.parse_chunk(data)
+        assert caught.value.kind == "protocol" and "b'" not in str(caught.value)
+    state = StreamState(started_at=0, max_malformed=3)
+    assert state.feed(b"{oops", 0) == ("", "") and state.feed(b"[1]", 0) == ("", "")
+    assert state.feed(b'{"choices": [{"delta": {"content": "still here"}}]}', 0) == ("still here", "")
+    with pytest.raises(UpstreamError) as caught:
+        state.feed(b'"text"', 0)
+    assert caught.value.kind == "protocol" and state.malformed == 3 and state.text == "still here"
+    assert str(caught.value) == "upstream protocol: the upstream sent 3 events that are not valid JSON"
+
+
+def test_the_reply_cap_cuts_on_a_character_boundary():
+    state = StreamState(started_at=0, max_reply=10)
+    state.feed_chunk({"choices": [{"delta": {"reasoning_content": "think"}}]}, 0)
+    assert not state.full
+    state.feed_chunk({"choices": [{"delta": {"content": "ééé"}}]}, 0)  # 5 + 6 bytes: one too many
+    assert state.full and state.text == "éé" and state.reasoning_text == "think"
+    assert state.too_large().kind == "too_large" and "10 bytes" in str(state.too_large())
+
+
+def test_scrub_removes_keys_bearer_tokens_and_sk_secrets():
+    key = "prov-key-0123456789abcdef"
+    text = f"bad key {key}; header was 'Authorization: Bearer {key}', also sk-live_ABCDEF123456 and Bearer abc.def"
+    clean = upstream.scrub(text, [key])
+    assert key not in clean and "sk-live" not in clean and "abc.def" not in clean
+    assert clean.count("[redacted]") == 4 and clean.startswith("bad key [redacted];")
+    assert upstream.scrub("a short key x stays", ["x"]) == "a short key x stays"
+
+
+def test_error_text_is_one_line_never_html_or_a_repr():
+    page = "<!DOCTYPE html><html><head><title>502 Bad Gateway</title></head><body>" + "x" * 9000 + "</body></html>"
+    assert upstream._describe_error_body(page, "Bad Gateway") == ("502 Bad Gateway", None)
+    assert upstream._describe_error_body("<html><body><h1>Oops</h1></body></html>", "e")[0] == "Oops"
+    assert upstream.describe_error({"message": {"detail": "nested"}})[0] == '{"detail":"nested"}'
+    state = StreamState(started_at=0, secrets=("prov-key-0123456789",))
+    state.error = {"message": "<html><title>Upstream down</title></html>"}
+    assert state.error_message() == "Upstream down"
+    state.error = {"message": "echo: Bearer prov-key-0123456789"}
+    assert state.error_message() == "echo: Bearer [redacted]"
 
 
 def test_build_payload_always_sets_max_tokens_and_usage():
@@ -242,6 +280,50 @@ async def test_read_timeout_and_overall_deadline(client, fake_server):
     assert error.kind == "timeout" and "deadline" in error.message
 
 
+async def test_a_silent_upstream_fails_at_the_first_byte_timeout(client, fake_server):
+    timeouts = Timeouts(first_byte=0.5, read=30)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    _, events, error = await run(client, fake_server, "infyrence", "[[wait:5000]] hi", timeouts=timeouts)
+    assert events == [] and error.kind == "timeout" and loop.time() - started < 4
+    # once the first byte is there, only the between-bytes timeout applies
+    _, _, error = await run(client, fake_server, "infyrence", "[[delay:700]] [[chunks:2]]", timeouts=timeouts)
+    assert error is None
+
+
+async def test_a_line_past_the_event_cap_is_a_protocol_error(client, fake_server):
+    loop = asyncio.get_running_loop()
+    payload = upstream.build_payload(MODELS["api14"], [{"role": "user", "content": "[[chunks:3]] [[size:200000]]"}])
+    state, error = StreamState(started_at=loop.time()), None
+    try:
+        async with upstream.open_stream(
+            client, fake_server.base_url("api14"), FAKE_KEY, payload, max_event=100_000
+        ) as stream:
+            async for event in stream.events():
+                if event.data is not None:
+                    state.feed(event.data, loop.time())
+    except UpstreamError as exc:
+        error = exc
+    assert error.kind == "protocol" and "longer than 100000 bytes" in error.message and state.text == ""
+
+
+async def test_a_non_stream_answer_past_its_cap_is_refused(client, fake_server):
+    payload = {"model": MODELS["infyrence"], "messages": [{"role": "user", "content": "[[chunks:50]] [[size:1000]]"}]}
+    answer = await upstream.post_json(client, fake_server.base_url("infyrence"), FAKE_KEY, payload, max_bytes=100_000)
+    assert answer.status_code == 200 and len(answer.content) > 50_000
+    with pytest.raises(UpstreamError) as caught:
+        await upstream.post_json(client, fake_server.base_url("infyrence"), FAKE_KEY, payload, max_bytes=20_000)
+    assert caught.value.kind == "too_large" and "20000 bytes" in caught.value.message
+
+
+async def test_an_echoed_key_and_an_html_page_never_reach_the_error(client, fake_server):
+    _, _, error = await run(client, fake_server, "infyrence", "[[status:401]] [[echoauth]]")
+    assert error.status == 401 and FAKE_KEY not in error.message and FAKE_KEY.encode() not in error.body
+    assert "Authorization: Bearer [redacted]" in error.message
+    _, _, error = await run(client, fake_server, "i14", "[[status:502]] [[html]]")
+    assert str(error) == "upstream 502: 502 Bad Gateway"
+
+
 async def test_unreachable_upstream(client):
     payload = upstream.build_payload("m", [])
     with pytest.raises(UpstreamError) as caught:
@@ -296,3 +378,77 @@ async def test_a_connection_closed_before_any_answer_is_tried_once_more(client):
         for writer in connections:
             writer.close()
         server.close()
+
+
+# --- link-local and metadata addresses ------------------------------------------------
+
+# fe80::1 scoped to the loopback interface: link-local, yet a packet to it can never leave this machine.
+LOOPBACK_LINK_LOCAL = "http://[fe80::1%lo]:9/v1"
+
+
+@pytest.mark.parametrize(
+    "url, address",
+    [
+        ("http://169.254.169.254/latest/meta-data/", "169.254.169.254"),
+        ("http://2852039166/v1", "169.254.169.254"),  # the same address as one number
+        ("http://0xa9.0xfe.0xa9.0xfe/v1", "169.254.169.254"),
+        ("http://[::ffff:169.254.169.254]/v1", "169.254.169.254"),
+        ("http://[fd00:ec2::254]/v1", "fd00:ec2::254"),
+        ("http://[fe80::1%25eth0]:8080/v1", "fe80::1"),
+        ("http://169.254.0.1:8000/v1", "169.254.0.1"),
+    ],
+)
+async def test_guard_refuses_link_local_and_metadata_addresses(url, address):
+    with pytest.raises(UpstreamError) as caught:
+        await upstream.DestinationGuard()(httpx.Request("GET", url))
+    assert caught.value.kind == "connect" and address in str(caught.value) and "link-local" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "url", ["http://127.0.0.1:9/v1", "http://localhost:9/v1", "https://[::1]/v1", "http://10.1.2.3/v1"]
+)
+async def test_guard_lets_other_addresses_through(url):
+    await upstream.DestinationGuard()(httpx.Request("GET", url))
+
+
+async def test_guard_refuses_a_name_that_resolves_to_a_metadata_address(monkeypatch):
+    # No name on this machine resolves to a link-local address, and /etc/hosts is shared: DNS's answer is given here.
+    async def resolve(host, port):
+        return ["93.184.215.14", "169.254.169.254"] if host == "metadata.example" else []
+
+    monkeypatch.setattr(upstream.DestinationGuard, "_resolve", staticmethod(resolve))
+    guard = upstream.DestinationGuard()
+    with pytest.raises(UpstreamError, match=r"169\.254\.169\.254"):
+        await guard(httpx.Request("GET", "https://metadata.example/v1/models"))
+    await guard(httpx.Request("GET", "https://api.example/v1/models"))
+
+
+@pytest.mark.parametrize("transport", ["aiohttp", "httpx"])
+async def test_client_refuses_before_connecting_unless_allowed(transport):
+    payload = upstream.build_payload("m", [{"role": "user", "content": "hi"}])
+    guarded = upstream.make_client(10, transport)
+    try:
+        with pytest.raises(UpstreamError, match="fe80::1 is link-local"):
+            await upstream.list_models(guarded, LOOPBACK_LINK_LOCAL, "sk-secret")
+        with pytest.raises(UpstreamError, match="fe80::1 is link-local"):
+            async with upstream.open_stream(guarded, LOOPBACK_LINK_LOCAL, "sk-secret", payload):
+                pass
+        with pytest.raises(UpstreamError, match="fe80::1 is link-local"):
+            await upstream.post_json(guarded, LOOPBACK_LINK_LOCAL, "sk-secret", payload)
+    finally:
+        await guarded.aclose()
+    allowed = upstream.make_client(10, transport, allow_link_local=True)
+    try:
+        with pytest.raises(UpstreamError) as caught:  # tried, and nothing listens there
+            await upstream.list_models(allowed, LOOPBACK_LINK_LOCAL, "sk-secret", Timeouts(connect=2))
+        assert "link-local" not in str(caught.value)
+    finally:
+        await allowed.aclose()
+
+
+def test_origin_is_scheme_host_and_port():
+    assert upstream.origin("https://API.i14.ai/v1") == upstream.origin("https://api.i14.ai:443/v2/")
+    assert upstream.origin("https://api.i14.ai/v1") != upstream.origin("http://api.i14.ai/v1")
+    assert upstream.origin("https://api.i14.ai/v1") != upstream.origin("https://api.i14.ai:8443/v1")
+    assert upstream.origin("https://api.i14.ai/v1") != upstream.origin("https://api.i14.ai.evil.example/v1")
+    assert upstream.origin("http://[::1]:8000/v1") == ("http", "::1", 8000)

@@ -48,6 +48,20 @@ def test_page_carries_its_config_and_a_strict_csp(alice_client, chats):
     assert b'id="chat-config"' in response.content
 
 
+def test_json_answers_are_never_stored_by_a_cache(alice_client, chats):
+    url = f"/api/conversations/{chats[0].pk}"
+    responses = [
+        alice_client.get("/api/conversations"),
+        alice_client.get(url),
+        alice_client.patch(url, json.dumps({"title": "Sea"}), content_type="application/json"),
+        alice_client.patch(url, "{not json", content_type="application/json"),  # an error is JSON too
+        Client().get("/api/models"),  # 401
+    ]
+    for response in responses:
+        assert response["Content-Type"] == "application/json"
+        assert "no-store" in response["Cache-Control"], response.request["PATH_INFO"]
+
+
 def test_another_users_conversation_page_is_404(alice_client, chats):
     assert alice_client.get(f"/c/{chats[2].pk}/").status_code == 404
     assert alice_client.get("/c/999999/").status_code == 404
@@ -116,3 +130,9 @@ def test_unsafe_methods_need_the_csrf_token(alice, chats):
     assert strict.delete(url).status_code == 403
     token = strict.get("/").context["config"]["csrfToken"]
     assert strict.delete(url, headers={"X-CSRFToken": token}).status_code == 204
+
+
+def test_settings_form_carries_the_servers_bounds(alice_client):
+    page = alice_client.get("/").content.decode()
+    assert 'id="param-max-tokens" min="1" max="32768"' in page
+    assert 'id="param-system-prompt" rows="3" maxlength="20000"' in page

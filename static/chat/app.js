@@ -344,6 +344,8 @@ function onFrame(frame) {
       return state.views.get(frame.message)?.applyDelta(frame);
     case "snapshot":
       return state.views.get(frame.message)?.applySnapshot(frame);
+    case "snapshot_part":
+      return state.views.get(frame.message)?.applySnapshotPart(frame);
     case "attached":
       return onAttached(frame);
     case "done":

@@ -3,6 +3,8 @@ import { iconButton } from "./icons.js";
 import { StreamRenderer, renderMarkdown } from "./render.js";
 
 const NUMBER = new Intl.NumberFormat("en-US");
+// Seconds without a first token before the page says it is still waiting for the model.
+const WAITING_AFTER = 10;
 
 function element(tag, className, text) {
   const node = document.createElement(tag);
@@ -93,6 +95,9 @@ export class MessageView {
     this.thinking.append(this.thinkingSummary, this.thinkingBody);
     this.thinking.hidden = true;
     this.answer = element("div", "answer");
+    this.waiting = element("p", "message-waiting");
+    this.waiting.hidden = true;
+    this.waiting.setAttribute("role", "status");
     this.statusLine = element("p", "message-status");
     this.statusLine.hidden = true;
     this.error = element("p", "message-error");
@@ -101,7 +106,9 @@ export class MessageView {
     this.usage.hidden = true;
     this.actions = element("div", "message-actions");
     this.actions.append(iconButton("copy", "Copy answer"), iconButton("regenerate", "Regenerate"));
-    this.article.append(this.meta, this.thinking, this.answer, this.statusLine, this.error, this.usage, this.actions);
+    this.article.append(
+      this.meta, this.thinking, this.answer, this.waiting, this.statusLine, this.error, this.usage, this.actions,
+    );
     this.content = message.content || "";
     this.reasoning = message.reasoning || "";
     if (message.status === "streaming") {
@@ -110,6 +117,7 @@ export class MessageView {
       this.renderer.reset(this.content);
       this.answerStarted = Boolean(this.content);
       if (this.answerStarted) this.closeThinking();
+      if (!this.content && !this.reasoning) this.watchFirstToken();
     } else {
       this.showFinished(message);
     }
@@ -120,6 +128,25 @@ export class MessageView {
     this.answerStarted = false;
   }
 
+  /** Until the first token: after WAITING_AFTER seconds, "Waiting for the model… 12 s", counting. */
+  watchFirstToken() {
+    this.waitingSince = Date.now();
+    this.waitingTimer = setInterval(() => {
+      if (!this.article.isConnected) return this.stopWaiting(); // the conversation was left
+      const seconds = Math.floor((Date.now() - this.waitingSince) / 1000);
+      if (seconds < WAITING_AFTER) return undefined;
+      this.waiting.textContent = `Waiting for the model… ${seconds} s`;
+      this.waiting.hidden = false;
+      return undefined;
+    }, 1000);
+  }
+
+  stopWaiting() {
+    clearInterval(this.waitingTimer);
+    this.waitingTimer = null;
+    if (this.waiting) this.waiting.hidden = true;
+  }
+
   setReasoning(text) {
     this.reasoning = text;
     this.thinkingBody.textContent = text;
@@ -128,6 +155,7 @@ export class MessageView {
   }
 
   appendReasoning(text) {
+    if (this.waitingTimer) this.stopWaiting();
     this.reasoning += text;
     this.thinkingBody.append(text); // a text node: O(1) however long the thinking grows
     if (this.thinking.hidden) {
@@ -138,6 +166,7 @@ export class MessageView {
   }
 
   appendContent(text) {
+    if (this.waitingTimer) this.stopWaiting();
     this.content += text;
     if (!this.answerStarted && text.trim()) {
       this.answerStarted = true;
@@ -167,6 +196,13 @@ export class MessageView {
     this.setReasoning(frame.reasoning || "");
     if (this.answerStarted) this.closeThinking();
     this.renderer.reset(this.content);
+    if (this.content || this.reasoning) this.stopWaiting();
+  }
+
+  /** A long snapshot comes as `snapshot` (more: true) then `snapshot_part` frames: append each. */
+  applySnapshotPart(frame) {
+    if (frame.reasoning) this.appendReasoning(frame.reasoning);
+    if (frame.content) this.appendContent(frame.content);
   }
 
   applyDelta(frame) {
@@ -178,6 +214,7 @@ export class MessageView {
 
   /** `done`: final render, status, error and usage. */
   finish(frame) {
+    this.stopWaiting();
     if (this.renderer) this.renderer.finish();
     this.renderer = null;
     this.showFinished({ ...frame, content: this.content, reasoning: this.reasoning, rendered: true });

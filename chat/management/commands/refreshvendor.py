@@ -12,6 +12,7 @@ import hashlib
 import io
 import os
 import re
+import subprocess
 import tarfile
 import urllib.request
 from dataclasses import dataclass
@@ -20,9 +21,17 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-DEFAULT_REGISTRY = "https://registry.npmjs.org"
 # Source maps are not vendored: the manifest storage would fail on a missing .map.
 SOURCE_MAP_RE = re.compile(rb"^//# sourceMappingURL=.*$\n?", re.MULTILINE)
+
+
+def npm_registry() -> str:
+    """The registry npm itself is set up to use on this machine."""
+    try:
+        found = subprocess.run(["npm", "config", "get", "registry"], capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError) as exc:
+        raise CommandError(f"cannot ask npm for its registry ({exc}); pass --registry") from None
+    return found.stdout.strip()
 
 
 @dataclass(frozen=True)
@@ -100,7 +109,7 @@ class Command(BaseCommand):
     help = "Download the pinned marked, DOMPurify and highlight.js into static/vendor/ and write VERSIONS."
 
     def add_arguments(self, parser):
-        parser.add_argument("--registry", default=os.environ.get("NPM_CONFIG_REGISTRY") or DEFAULT_REGISTRY)
+        parser.add_argument("--registry", default=os.environ.get("NPM_CONFIG_REGISTRY") or npm_registry())
         parser.add_argument("--dest", default=str(Path(settings.BASE_DIR) / "static" / "vendor"))
 
     def handle(self, *args, registry: str, dest: str, **options):

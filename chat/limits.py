@@ -1,0 +1,144 @@
+"""Limits per person, per token, per socket and per provider (settings in chatsite/settings.py).
+
+Streams at once and streams a minute are counted on the usage rows, which every
+stream writes when it starts (status `streaming` until it ends): the count holds
+across server processes with no store beyond the database, and the check runs in
+the transaction that creates the new row, with the user's row locked (PostgreSQL;
+SQLite's IMMEDIATE transactions already serialise writers), so two requests at the
+same moment cannot both take the last place. Django's cache would need Redis or a
+database table configured to be shared by processes; the usage rows are already there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import weakref
+from contextlib import asynccontextmanager
+from datetime import timedelta
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.utils import timezone
+
+from . import upstream
+from .models import ChatError, Message, Provider, Usage
+
+WINDOW = timedelta(minutes=1)
+FRAME_LIMIT_CLOSE_CODE = 4429
+
+
+class LimitExceeded(ChatError):
+    """Too many streams at once (`too_many_streams`) or a minute (`rate_limited`)."""
+
+    def __init__(self, code: str, detail: str, retry_after: int | None = None) -> None:
+        super().__init__(code, detail)
+        self.retry_after = retry_after
+
+
+def enforce(user, *, source: str, token=None) -> None:
+    """Refuse a new stream over the caps; call inside the transaction that creates its usage row."""
+    # Serialise this user's concurrent requests (a no-op on SQLite, whose writers already queue).
+    get_user_model().objects.select_for_update().filter(pk=user.pk).first()
+    # No stream outlives UPSTREAM_DEADLINE: an older row still `streaming` was left by a dead
+    # process and must not hold a place until something sweeps it.
+    alive_since = timezone.now() - timedelta(seconds=settings.UPSTREAM_DEADLINE + 60)
+    streaming = Usage.objects.filter(status=Message.Status.STREAMING, started__gt=alive_since)
+    if source == Usage.Source.CHAT:
+        _cap_streams(streaming.filter(user=user, source=source), settings.CHAT_MAX_STREAMS, "you have")
+    else:
+        _cap_streams(streaming.filter(user=user, source=source), settings.API_MAX_STREAMS, "you have")
+        if token is not None:
+            _cap_streams(streaming.filter(token=token), settings.API_TOKEN_MAX_STREAMS, "this token has")
+    _cap_rate(Usage.objects.filter(user=user), settings.RATE_LIMIT_PER_MINUTE, "you")
+    if token is not None:
+        _cap_rate(Usage.objects.filter(token=token), settings.API_TOKEN_RATE_LIMIT_PER_MINUTE, "this token")
+
+
+def _cap_streams(rows, cap: int, who: str) -> None:
+    if cap and rows.count() >= cap:
+        raise LimitExceeded(
+            "too_many_streams",
+            f"Too many answers streaming at once: {who} {cap} running. Wait for one to finish or stop one.",
+        )
+
+
+def _cap_rate(rows, cap: int, who: str) -> None:
+    if not cap:
+        return
+    now = timezone.now()
+    recent = rows.filter(started__gt=now - WINDOW).order_by("-started").values_list("started", flat=True)[:cap]
+    recent = list(recent)
+    if len(recent) >= cap:
+        # The oldest of the last `cap` starts leaves the window first.
+        retry_after = max(1, math.ceil((recent[-1] + WINDOW - now).total_seconds()))
+        raise LimitExceeded(
+            "rate_limited",
+            f"Too many requests: {who} started {cap} in the last minute. Try again in {retry_after} s.",
+            retry_after,
+        )
+
+
+# --- frames per socket --------------------------------------------------------------
+
+
+class FrameLimiter:
+    """A token bucket for one socket's frames; a flood that goes on past a second bucket's worth is closed."""
+
+    def __init__(self, rate: float, burst: int, now: float) -> None:
+        self.rate, self.burst = rate, burst
+        self.tokens = float(burst)
+        self.refused = 0.0  # refused frames, draining at `rate`
+        self.last = now
+
+    def take(self, now: float) -> str:
+        """ "ok" to handle the frame, "refuse" to answer rate_limited, "close" to end the socket."""
+        elapsed, self.last = max(0.0, now - self.last), now
+        self.tokens = min(self.burst, self.tokens + elapsed * self.rate)
+        self.refused = max(0.0, self.refused - elapsed * self.rate)
+        if self.tokens >= 1:
+            self.tokens -= 1
+            return "ok"
+        self.refused += 1
+        return "close" if self.refused > self.burst else "refuse"
+
+    @property
+    def first_refusal(self) -> bool:
+        """Whether the last refusal began a new spell (only then is the client told)."""
+        return self.refused < 2
+
+
+# --- connections per provider ---------------------------------------------------------
+
+# (loop, provider name) -> (limit, semaphore); per process, as the connection pool is.
+_slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, tuple[int, asyncio.Semaphore]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def provider_limit(provider: Provider) -> int:
+    return provider.max_connections or settings.UPSTREAM_PROVIDER_MAX_CONNECTIONS
+
+
+@asynccontextmanager
+async def provider_slot(name: str, limit: int):
+    """Hold one of a provider's connections for as long as its request lasts; wait a bounded time for one."""
+    slots = _slots.setdefault(asyncio.get_running_loop(), {})
+    if name not in slots or slots[name][0] != limit:
+        # A changed limit takes effect for new requests; running ones release the old semaphore.
+        slots[name] = (limit, asyncio.Semaphore(limit))
+    semaphore = slots[name][1]
+    wait = settings.UPSTREAM_PROVIDER_WAIT
+    try:
+        async with asyncio.timeout(wait):
+            await semaphore.acquire()
+    except TimeoutError:
+        raise upstream.UpstreamError(
+            "busy",
+            f"all {limit} connections this server may open to provider {name} "
+            f"were busy for {wait:g} s; try again later",
+        ) from None
+    try:
+        yield
+    finally:
+        semaphore.release()
