@@ -41,21 +41,23 @@ class Site:
     session: str
     url: str = ""  # of the server running on it, once there is one
     server: object = None  # that server (a tests.live.LiveServer), for its log
+    other_url: str = ""  # a database that is not a SQLite file (then `path` is empty)
 
     @property
     def database_url(self) -> str:
-        return f"sqlite:///{self.path}"
+        return self.other_url or f"sqlite:///{self.path}"
 
     def count(self, table: str) -> int:
         with sqlite3.connect(self.path) as db:
             return db.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
 
 
-def make_site(path: str, base_url: str, api_key: str) -> Site:
-    """Migrate a new SQLite file at `path` and add carol, her session and token, and the provider."""
-    env = {**os.environ, "DATABASE_URL": f"sqlite:///{path}", "DJANGO_SETTINGS_MODULE": "chatsite.settings"}
+def make_site(path: str, base_url: str, api_key: str, database_url: str = "") -> Site:
+    """Migrate a new SQLite file at `path` (or `database_url`) and add carol, her session and token, the provider."""
+    url = database_url or f"sqlite:///{path}"
+    env = {**os.environ, "DATABASE_URL": url, "DJANGO_SETTINGS_MODULE": "chatsite.settings"}
     out = subprocess.run(
         [sys.executable, "-c", SETUP, base_url, api_key], cwd=ROOT, env=env, capture_output=True, text=True, check=True
     ).stdout
     made = json.loads(out.splitlines()[-1])
-    return Site(path, made["secret"], made["session"])
+    return Site(path, made["secret"], made["session"], other_url=database_url)

@@ -26,7 +26,9 @@ from chat.overload import TRY_AGAIN_LATER, ConnectGuard
 from tests.conftest import FAKE_KEY, MODELS
 from tests.live import LiveServer
 from tests.page_helpers import CHROMIUM, CHROMIUM_ARGS
+from tests.services import postgres_database
 from tests.sites import Site, make_site
+from tests.tcpproxy import TcpProxy
 
 MODEL = MODELS["infyrence"]
 BUSY_TEXT = "The server is busy; retrying…"
@@ -112,7 +114,7 @@ def test_a_held_write_lock_leaves_the_page_sockets_and_api_answering(site, fake)
         assert refused.value.status_code == 503
         assert refused.value.response.headers["Retry-After"] == "5"
         assert refused.value.body["code"] == "database_unavailable" and "busy" in refused.value.body["message"]
-        assert fake.app.streams == []  # refused before the upstream was asked (and paid)
+        assert len(fake.app.streams) == 0  # refused before the upstream was asked (and paid)
         # Reading needs no lock: the token (its last_used note skipped) and the models answer.
         assert MODEL in [model.id for model in api.models.list()]
     answer = api.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi [[chunks:3]]"}])
@@ -273,3 +275,26 @@ def test_the_page_backs_off_harder_when_connects_are_refused_as_overloaded(site)
         assert events and set(events) == {"busy"}, events  # a refused socket never counts as open
         # 0.5 s, 1 s, 2 s would make 3 or more tries in 3 s; after a 4013 the first pause is ~2 s.
         assert len([at for at in attempts if at - first < 3]) <= 2, attempts
+
+
+def test_the_page_says_the_server_is_busy_while_postgresql_is_away_and_recovers(fake_server):
+    with postgres_database("ops_busy") as url:
+        # The server reaches PostgreSQL through a proxy of this test's own, which it cuts.
+        host, port = url.split("@", 1)[1].split("/", 1)[0].split(":")
+        proxy = TcpProxy((host, int(port)))
+        proxied = url.replace(f"@{host}:{port}/", f"@127.0.0.1:{proxy.port}/")
+        site = make_site("", fake_server.base_url("infyrence"), FAKE_KEY, database_url=proxied)
+        try:
+            with LiveServer({"DATABASE_URL": proxied}) as live, chromium_page(live.url, site.session) as page:
+                page.goto("/")
+                expect(page.locator("html")).to_have_attribute("data-socket", "open", timeout=15_000)
+                proxy.cut()
+                page.get_by_label("Search conversations").fill("anything")
+                expect(page.locator("#notice-text")).to_have_text(BUSY_TEXT, timeout=20_000)
+                proxy.restore()
+                # The search is asked again after the 503's Retry-After and answers.
+                expect(page.locator("#notice")).to_be_hidden(timeout=30_000)
+                expect(page.locator("#conversation-list")).to_have_attribute("data-query", "anything")
+                assert "database unavailable for GET /api/conversations" in live.output()
+        finally:
+            proxy.close()
