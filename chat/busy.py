@@ -1,7 +1,8 @@
 """When the database cannot be had (SQLite's write lock held, PostgreSQL down): wait briefly, then say so.
 
-One place maps those errors to answers: a 503 with `Retry-After` in OpenAI's shape
-under /v1/, in the page API's shape elsewhere, and an error frame on the websocket.
+One place maps those errors to answers: a 503 with `Retry-After` (in OpenAI's shape
+under /v1/, the page API's under /api/, a sentence elsewhere), and `server_busy` frames
+on the websocket (chat/consumers.py).
 """
 
 from __future__ import annotations

@@ -236,7 +236,7 @@ CHAT_ORPHAN_AFTER = env_number("CHAT_ORPHAN_AFTER", 60.0, float)
 API_HEARTBEAT_SECONDS = env_number("API_HEARTBEAT_SECONDS", 15.0, float)
 API_STORE_CONVERSATIONS = env_bool("API_STORE_CONVERSATIONS", False)
 # Overload (chat/overload.py): websocket connects beyond this many a second, or while this many
-# handshakes are unfinished, are closed with 1013 before any database work (0: no limit);
+# handshakes are unfinished, are closed with 4013 before any database work (0: no limit);
 # a socket's session -> user read is cached this long (a sign-out reaches new sockets after it).
 WS_CONNECTS_PER_SECOND = env_number("WS_CONNECTS_PER_SECOND", 200.0, float)
 WS_MAX_CONNECTING = env_number("WS_MAX_CONNECTING", 100)

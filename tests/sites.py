@@ -47,9 +47,9 @@ class Site:
     def database_url(self) -> str:
         return self.other_url or f"sqlite:///{self.path}"
 
-    def count(self, table: str) -> int:
+    def count(self, table: str, where: str = "1") -> int:
         with sqlite3.connect(self.path) as db:
-            return db.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+            return db.execute(f"SELECT count(*) FROM {table} WHERE {where}").fetchone()[0]
 
 
 def make_site(path: str, base_url: str, api_key: str, database_url: str = "") -> Site:
