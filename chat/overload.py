@@ -20,6 +20,7 @@ from channels.auth import AuthMiddleware, get_user
 from channels.db import database_sync_to_async
 from channels.sessions import CookieMiddleware, SessionMiddleware
 from django.conf import settings
+from django.contrib.auth.signals import user_logged_out
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +126,16 @@ class UserCache:
 
 
 users = UserCache(ttl=settings.WS_SESSION_CACHE_SECONDS)
+
+
+def forget_session(sender, request, user, **kwargs) -> None:
+    """A session signed out here is not let in again from the cache."""
+    key = getattr(getattr(request, "session", None), "session_key", None)
+    if key:
+        users.entries.pop(key, None)
+
+
+user_logged_out.connect(forget_session, dispatch_uid="chat.overload.forget_session")
 
 # Off the thread Channels shares between every database call of the process, where a
 # write waiting for SQLite's lock (up to its busy timeout) would hold every connect up.

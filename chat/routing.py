@@ -1,10 +1,10 @@
 """Websocket routes, behind the overload guard, the Origin check and session authentication."""
 
 from channels.routing import URLRouter
-from channels.security.websocket import AllowedHostsOriginValidator
 from django.urls import path
 
 from .consumers import ChatConsumer
+from .origins import OriginValidator
 from .overload import CachedAuthMiddlewareStack, ConnectGuard
 
 websocket_urlpatterns = [
@@ -12,6 +12,4 @@ websocket_urlpatterns = [
 ]
 
 # The guard comes first so that a refused connect costs no Origin check and no database read.
-websocket_application = ConnectGuard(
-    AllowedHostsOriginValidator(CachedAuthMiddlewareStack(URLRouter(websocket_urlpatterns)))
-)
+websocket_application = ConnectGuard(OriginValidator(CachedAuthMiddlewareStack(URLRouter(websocket_urlpatterns))))
