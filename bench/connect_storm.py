@@ -48,17 +48,15 @@ import django
 django.setup()
 from django.core.management import call_command
 call_command("migrate", verbosity=0)
-from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, get_user_model
-from django.contrib.sessions.backends.db import SessionStore
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.test import Client
 keys = []
 for n in range(int(sys.argv[1])):
     user = get_user_model().objects.create_user(f"user{n}")
-    session = SessionStore()
-    session[SESSION_KEY] = str(user.pk)
-    session[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
-    session[HASH_SESSION_KEY] = user.get_session_auth_hash()
-    session.create()
-    keys.append(session.session_key)
+    client = Client()
+    client.force_login(user)  # a session exactly as signing in makes one
+    keys.append(client.cookies[settings.SESSION_COOKIE_NAME].value)
 print(json.dumps(keys))
 """
 

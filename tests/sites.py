@@ -17,18 +17,16 @@ import django
 django.setup()
 from django.core.management import call_command
 call_command("migrate", verbosity=0)
-from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, get_user_model
-from django.contrib.sessions.backends.db import SessionStore
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.test import Client
 from chat.models import ApiToken, Provider
 user = get_user_model().objects.create_user("carol", password="carol-secret-pw")
 token, secret = ApiToken.issue(user, "script")
-session = SessionStore()
-session[SESSION_KEY] = str(user.pk)
-session[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
-session[HASH_SESSION_KEY] = user.get_session_auth_hash()
-session.create()
+client = Client()
+client.force_login(user)  # a session exactly as signing in makes one
 Provider.objects.create(name="infyrence", base_url=sys.argv[1], api_key=sys.argv[2])
-print(json.dumps({"secret": secret, "session": session.session_key}))
+print(json.dumps({"secret": secret, "session": client.cookies[settings.SESSION_COOKIE_NAME].value}))
 """
 
 
