@@ -15,7 +15,7 @@ from django.http import HttpResponse, StreamingHttpResponse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
-from . import busy, limits, upstream
+from . import busy, generation, limits, upstream
 from .models import (
     ApiToken,
     CatalogEntry,
@@ -110,6 +110,9 @@ async def chat_completions(request):
     payload, wants_usage = upstream_body(body, entry.model, settings.UPSTREAM_MAX_TOKENS)
     meter = Meter(token, entry, body)
     try:
+        # The usage row records this process's lease: if the process dies, another one closes the row.
+        await generation.ensure_started()
+        meter.worker_id = generation.worker_id()
         # A short wait for SQLite's write lock: a busy database is a quick 503 with Retry-After.
         await sync_to_async(busy.waiting_briefly(meter.begin))()
     except limits.LimitExceeded as exc:
@@ -252,6 +255,7 @@ class Meter:
         self.state = stream_state(asyncio.get_running_loop().time(), entry.provider.api_key)
         self.recorded = False
         self.usage_id: int | None = None
+        self.worker_id: int | None = None
 
     def begin(self) -> None:
         """Write the usage row as `streaming` before anything goes upstream, if the limits allow.
@@ -270,6 +274,7 @@ class Meter:
                 started=self.started,
                 status=Message.Status.STREAMING,
                 prompt_tokens=upstream.estimate_tokens(prompt_chars(self.body["messages"])),
+                worker_id=self.worker_id,
             ).pk
 
     async def answer_of(self, request):
