@@ -52,6 +52,9 @@ def site(fake_server, tmp_path_factory):
     # A send waits this long for the lock, so a second connect surely happens while it waits.
     with LiveServer({"DATABASE_URL": made.database_url, "API_DB_WAIT_SECONDS": "4"}) as live:
         made.url, made.server = live.url, live
+        # A running server: its first chat has registered the process (its lease row) already.
+        first = asyncio.run(chat_once(made, "warm up [[chunks:1]]"))
+        assert first[-1]["type"] == "done", first
         yield made
 
 
@@ -75,6 +78,17 @@ def write_lock(path: str):
 
 def ws_url(site: Site) -> str:
     return site.url.replace("http://", "ws://") + "/ws/chat/"
+
+
+async def chat_once(site: Site, content: str) -> list[dict]:
+    """One message on a new socket; every frame up to `done` or an error."""
+    async with aiohttp.ClientSession(cookies={"sessionid": site.session}) as http:
+        async with http.ws_connect(ws_url(site), origin=site.url) as ws:
+            await ws.send_json({"type": "send", "content": content, "model": MODEL})
+            frames = [await next_frame(ws)]
+            while frames[-1]["type"] not in ("done", "error"):
+                frames.append(await next_frame(ws))
+            return frames
 
 
 async def next_frame(ws, timeout: float = 30) -> dict:
