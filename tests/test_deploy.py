@@ -218,20 +218,43 @@ def test_a_body_over_client_max_body_size_is_refused_by_nginx(stack):
     assert response.status_code == 413
 
 
-def test_rolling_restart_of_one_process_fails_no_request(stack, fake):
+def restart(server: LiveServer, while_down) -> None:
+    """SIGTERM one process (graceful), run `while_down`, then start it again on the same port."""
+    server.sock.close()  # only the process's own copy listens now: it closes it at SIGTERM
+    server.process.terminate()
+    while_down()
+    server.process.wait(60)
+    server.sock = socket.socket()
+    server.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    server.sock.bind(("127.0.0.1", server.port))
+    server.sock.listen(1024)
+    server.start()
+
+
+def test_rolling_restart_loses_no_stream_and_fails_no_request(stack, fake):
     site, nginx, servers, _ = stack
     api = sdk(nginx, site)
+    complete_before = site.count("chat_usage", "status = 'complete'")
     for server in servers:
-        # One process at a time, as docs/deploy.md says: the other one answers meanwhile.
-        server.process.terminate()
-        server.process.wait(30)
-        server.sock.close()  # as when a real process exits: its port refuses connections
-        for _ in range(6):
-            answer = api.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}])
-            assert answer.choices[0].message.content
-        server.sock = socket.socket()
-        server.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        server.sock.bind(("127.0.0.1", server.port))
-        server.sock.listen(1024)
-        server.start()
-    assert site.count("chat_usage") >= 12
+        # Two streams at once: nginx's round robin puts one on each process, so one of
+        # them is on the process being stopped, and must still finish whole.
+        streams = [
+            api.chat.completions.create(
+                model=MODEL, messages=[{"role": "user", "content": "[[chunks:8]] [[delay:250]]"}], stream=True
+            )
+            for _ in range(2)
+        ]
+        firsts = [next(iter(stream)) for stream in streams]  # both are running
+
+        def meanwhile(streams=streams, firsts=firsts):
+            # New requests go to the other process while this one drains.
+            for _ in range(3):
+                answer = api.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}])
+                assert answer.choices[0].message.content
+            for first, stream in zip(firsts, streams, strict=True):
+                chunks = [first, *stream]
+                assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop"
+                assert len("".join(c.choices[0].delta.content or "" for c in chunks if c.choices).split()) == 8
+
+        restart(server, meanwhile)
+    assert site.count("chat_usage", "status = 'complete'") == complete_before + 2 * (2 + 3)
