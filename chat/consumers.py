@@ -12,7 +12,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
-from . import generation, params, process, sessions
+from . import busy, generation, params, process, sessions
 from .generation import Job, conversation_group, frame, snapshot_frames
 from .limits import FRAME_LIMIT_CLOSE_CODE, FrameLimiter
 from .models import ChatError, Conversation, Message, Provider, begin_turn
@@ -111,6 +111,10 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         # the per-token events touch no database, so they skip it.
         if message["type"] in FAST_EVENTS:
             await FAST_EVENTS[message["type"]](self, message)
+        elif message["type"] == "websocket.connect":
+            # Nor does connect (the user comes from chat/overload.py's cache): that thread hop
+            # would queue every new socket behind a write waiting for SQLite's lock.
+            await self.websocket_connect(message)
         else:
             await super().dispatch(message)
 
@@ -138,6 +142,10 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             await self.receive_json(content)
         except ChatError as exc:
             await self.send_error(exc.code, exc.detail)
+        except busy.UNAVAILABLE as exc:
+            # Nothing was stored (the transaction rolled back); the page retries after a pause.
+            log.warning("database unavailable for a websocket frame: %s", exc)
+            await self.send_error("server_busy", busy.MESSAGE)
 
     async def within_frame_rate(self) -> bool:
         """Count the frame against this socket's bucket, before any parsing: a flood must stay cheap."""
@@ -249,7 +257,8 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             model = model or stored
         entry = await Provider.objects.aresolve(model)
         await process.ensure_started()
-        turn = await database_sync_to_async(begin_turn)(
+        # A short wait for SQLite's lock: this runs on the thread every socket's database work shares.
+        turn = await database_sync_to_async(busy.waiting_briefly(begin_turn))(
             self.user, entry, params, conversation_id=conversation_id, worker_id=process.worker_id(), **turn
         )
         await self.watch(turn.conversation.pk)

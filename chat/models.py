@@ -286,7 +286,7 @@ class Conversation(models.Model):
 
 INTERRUPTED_ERROR = "The server stopped while this answer was streaming."
 
-# The id of this process's Worker row once it is registered (generation.ensure_started).
+# The id of this process's Worker row once it is registered (process.ensure_started).
 _current_worker: int | None = None
 
 

@@ -87,7 +87,8 @@ async def _start(loop: asyncio.AbstractEventLoop) -> Process | None:
     global _process
     channel = await get_channel_layer().new_channel()
     try:
-        worker = await database_sync_to_async(Worker.register)(channel)
+        # Off the thread every socket's database work shares: a locked SQLite must not stall them all here.
+        worker = await database_sync_to_async(Worker.register, thread_sensitive=False)(channel)
     except Exception as exc:
         log.error("cannot register this process's lease (%s); will try again with the next socket", exc)
         return None

@@ -91,6 +91,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Near the end, so it sees a view's exception early: a busy database answers 503, not 500.
+    "chat.busy.DatabaseBusyMiddleware",
     # Last, as django-axes asks: turns a locked-out sign-in into the lockout page.
     "axes.middleware.AxesMiddleware",
 ]
@@ -266,6 +268,16 @@ CHAT_FINAL_SAVE_SECONDS = env_number("CHAT_FINAL_SAVE_SECONDS", 120.0, float)
 # and whether API requests are also kept as conversations (off: only usage is recorded).
 API_HEARTBEAT_SECONDS = env_number("API_HEARTBEAT_SECONDS", 15.0, float)
 API_STORE_CONVERSATIONS = env_bool("API_STORE_CONVERSATIONS", False)
+# Overload (chat/overload.py): websocket connects beyond this many a second, or while this many
+# handshakes are unfinished, are closed with 4013 before any database work (0: no limit);
+# a socket's session -> user read is cached this long (a sign-out reaches new sockets after it).
+WS_CONNECTS_PER_SECOND = env_number("WS_CONNECTS_PER_SECOND", 200.0, float)
+WS_MAX_CONNECTING = env_number("WS_MAX_CONNECTING", 100)
+WS_SESSION_CACHE_SECONDS = env_number("WS_SESSION_CACHE_SECONDS", 5.0, float)
+# A /v1 request that cannot get the database (SQLite write lock held, PostgreSQL down) is
+# answered 503 with this Retry-After; SQLite's write lock is waited for this long first.
+API_DB_WAIT_SECONDS = env_number("API_DB_WAIT_SECONDS", 2.0, float)
+API_RETRY_AFTER_SECONDS = env_number("API_RETRY_AFTER_SECONDS", 5)
 
 # --- Limits per person and per token (chat/limits.py); 0 turns a limit off -----
 # Streams running at once per user on the page, per user over /v1/, and per API token.
