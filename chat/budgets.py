@@ -367,9 +367,11 @@ def summary(user, now: datetime | None = None) -> dict[str, Any]:
 
     return {
         "usd": {
-            "limit": str(limit.usd) if limit.usd is not None else None,
-            "spent": str(used.usd.quantize(CENT_FRACTIONS)),
-            "remaining": str(max(limit.usd - used.usd, Decimal(0))) if limit.usd is not None else None,
+            "limit": f"{limit.usd:f}" if limit.usd is not None else None,
+            "spent": f"{used.usd.quantize(CENT_FRACTIONS):f}",
+            "remaining": f"{max(limit.usd - used.usd, Decimal(0)).quantize(CENT_FRACTIONS):f}"
+            if limit.usd is not None
+            else None,
             "share": share(used.usd, limit.usd),
         },
         "tokens": {

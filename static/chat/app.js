@@ -308,6 +308,7 @@ function onError(frame) {
   }
   updateComposer();
   if (frame.code !== "not_streaming") showNotice(frame.detail || `Error: ${frame.code}`);
+  if (frame.code === "budget_exceeded") budget.refresh();
 }
 
 function onFrame(frame) {
