@@ -19,12 +19,14 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import Group
 from django.core.exceptions import ValidationError
-from django.db import models
+from django.db import connection, models
 from django.db.models import F, Q, Sum
 from django.utils import timezone
 
 MILLION = Decimal(1_000_000)
 CENT_FRACTIONS = Decimal("0.00000001")  # the cost column's 8 decimal places
+PRICE_PLACES = Decimal("0.000001")
+CENTS = Decimal("0.01")
 
 
 # --- prices -------------------------------------------------------------------
@@ -206,9 +208,31 @@ def default_limit() -> Limit:
     return Limit(settings.BUDGET_DEFAULT_USD, settings.BUDGET_DEFAULT_TOKENS, "default")
 
 
-def budget_for(user) -> Limit:
+def budget_rows(user, token=None) -> list[dict[str, Any]]:
+    """The budget rows that may apply to a user (their own, their groups') and to a token, in one query.
+
+    Plain SQL, like spent_by(): it runs on every stream start.
+    """
+    quote = connection.ops.quote_name
+    memberships = quote(Group.user_set.through._meta.db_table)
+    sql = (
+        f"SELECT b.user_id, b.token_id, b.usd, b.tokens FROM {quote(Budget._meta.db_table)} b "
+        f"LEFT JOIN {memberships} m ON m.group_id = b.group_id AND m.user_id = %s "
+        "WHERE b.user_id = %s OR m.user_id IS NOT NULL OR b.token_id = %s"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [user.pk, user.pk, token.pk if token is not None else None])
+        return [
+            {"user_id": u, "token_id": t, "usd": None if usd is None else _decimal(usd, CENTS), "tokens": tokens}
+            for u, t, usd, tokens in cursor.fetchall()
+        ]
+
+
+def budget_for(user, rows: list[dict[str, Any]] | None = None) -> Limit:
     """A user's monthly budget: their own row, else the most generous of their groups', else the default."""
-    rows = list(Budget.objects.filter(Q(user=user) | Q(group__user=user)).values("user_id", "usd", "tokens"))
+    if rows is None:
+        rows = budget_rows(user)
+    rows = [row for row in rows if row["token_id"] is None]
     own = next((row for row in rows if row["user_id"] is not None), None)
     if own is not None:
         return Limit(own["usd"], own["tokens"], "user")
@@ -224,9 +248,11 @@ def budget_for(user) -> Limit:
     return default_limit()
 
 
-def token_budget(token) -> Limit | None:
+def token_budget(token, rows: list[dict[str, Any]] | None = None) -> Limit | None:
     """An API token's own monthly limit, on top of its owner's; None when it has none."""
-    row = Budget.objects.filter(token=token).values("usd", "tokens").first()
+    if rows is None:
+        rows = list(Budget.objects.filter(token=token).values("user_id", "token_id", "usd", "tokens"))
+    row = next((row for row in rows if row["token_id"] == token.pk), None)
     return Limit(row["usd"], row["tokens"], "token") if row else None
 
 
@@ -242,6 +268,7 @@ def next_month_start(now: datetime | None = None) -> datetime:
 
 
 def alive_since(now: datetime | None = None) -> datetime:
+    """Streaming rows started before this hold no reservation."""
     # A row still `streaming` after the longest possible stream was left by a dead process
     # that nothing swept: its reservation stops counting (as it stops holding a stream place).
     return (now or timezone.now()) - timedelta(seconds=settings.UPSTREAM_DEADLINE + 60)
@@ -286,9 +313,22 @@ class Reservation:
 
 
 def worst_case(provider_id: int | None, model: str, prompt_tokens: int, max_tokens: int, at: datetime) -> Reservation:
-    """The most a stream can cost: its prompt estimate plus max_tokens, at the price in force (none: no USD)."""
-    price = Price.objects.in_force(provider_id, model, at)
-    usd = price.worst_case(prompt_tokens, max_tokens) if price is not None else None
+    """The most a stream can cost: its prompt estimate plus max_tokens, at the price in force (none: no USD).
+
+    Price.objects.in_force() in plain SQL, as it runs on every stream start under a USD limit.
+    """
+    sql = (
+        f"SELECT prompt, completion, reasoning FROM {connection.ops.quote_name(Price._meta.db_table)} "
+        "WHERE model = %s AND effective_from <= %s AND (provider_id = %s OR provider_id IS NULL) "
+        "ORDER BY CASE WHEN provider_id IS NULL THEN 1 ELSE 0 END, effective_from DESC LIMIT 1"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [model, connection.ops.adapt_datetimefield_value(at), provider_id])
+        found = cursor.fetchone()
+    usd = None
+    if found is not None:
+        prompt, completion, reasoning = (None if v is None else _decimal(v, PRICE_PLACES) for v in found)
+        usd = Price(prompt=prompt, completion=completion, reasoning=reasoning).worst_case(prompt_tokens, max_tokens)
     return Reservation(usd, prompt_tokens + max_tokens)
 
 
@@ -300,16 +340,47 @@ def reserve(user, *, token=None, provider_id: int | None, model: str, prompt_tok
     requests overspend by at most the one reservation that crossed it.
     """
     now = now or timezone.now()
-    reservation = worst_case(provider_id, model, prompt_tokens, max_tokens, now)
-    limit = budget_for(user)
+    rows = budget_rows(user, token)
+    limit = budget_for(user, rows)
+    own = token_budget(token, rows) if token is not None else None
     since = month_start(now)
     if limit.limited:
-        _check(limit, spent(Usage.objects.filter(user=user), since), "Your", now)
-    if token is not None:
-        own = token_budget(token)
-        if own is not None and own.limited:
-            _check(own, spent(Usage.objects.filter(token=token), since), "This API token's", now)
-    return reservation
+        _check(limit, spent_by("user_id", user.pk, since, now), "Your", now)
+    if own is not None and own.limited:
+        _check(own, spent_by("token_id", token.pk, since, now), "This API token's", now)
+    # The USD worst case needs the price table; only a USD limit needs it.
+    if limit.usd is None and (own is None or own.usd is None):
+        return Reservation(None, prompt_tokens + max_tokens)
+    return worst_case(provider_id, model, prompt_tokens, max_tokens, now)
+
+
+def spent_by(column: str, value: int, since: datetime, now: datetime) -> Spent:
+    """spent() for one user or token, in plain SQL: on every stream start, where the ORM's compiling of
+    four filtered sums costs more than the query itself."""
+    table = connection.ops.quote_name(Usage._meta.db_table)
+    sql = (
+        "SELECT SUM(CASE WHEN status <> %s THEN cost END), SUM(CASE WHEN status <> %s THEN total_tokens END), "
+        "SUM(CASE WHEN status = %s AND started > %s THEN reserved_usd END), "
+        "SUM(CASE WHEN status = %s AND started > %s THEN reserved_tokens END) "
+        f"FROM {table} WHERE {column} = %s AND started >= %s"
+    )
+    alive = connection.ops.adapt_datetimefield_value(alive_since(now))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            sql,
+            ["streaming", "streaming", "streaming", alive, "streaming", alive, value,
+             connection.ops.adapt_datetimefield_value(since)],
+        )  # fmt: skip
+        settled_usd, settled_tokens, reserved_usd, reserved_tokens = cursor.fetchone()
+    return Spent(usd=_decimal(settled_usd) + _decimal(reserved_usd),
+                 tokens=int(settled_tokens or 0) + int(reserved_tokens or 0))  # fmt: skip
+
+
+def _decimal(value, places: Decimal = CENT_FRACTIONS) -> Decimal:
+    # SQLite hands back decimal columns (and their sums) as floats, ints or text; PostgreSQL as Decimal.
+    if value is None:
+        return Decimal(0)
+    return (value if isinstance(value, Decimal) else Decimal(str(value))).quantize(places)
 
 
 def _check(limit: Limit, used: Spent, whose: str, now: datetime) -> None:

@@ -143,6 +143,7 @@ async def test_estimated_counts_give_an_estimated_cost_and_no_price_gives_none(c
 
 def test_api_requests_are_priced_at_their_final_save(server, alice, providers, price, fake):
     token = ApiToken.issue(alice, "t")[1]
+    Budget.objects.create(user=alice, usd=Decimal("5"))  # a USD limit: the USD worst case is reserved
     client = openai.OpenAI(base_url=server.url + "/v1", api_key=token, max_retries=0)
     client.chat.completions.create(**body("[[chunks:12]]"))
     assert wait_until(lambda: Usage.objects.exclude(status="streaming").exists())
@@ -221,8 +222,12 @@ def test_running_streams_count_their_reservation_and_stale_ones_do_not(alice, se
     with pytest.raises(BudgetExceeded):
         reserve(alice)
     # A row left `streaming` past the longest possible stream was left by a dead process.
+    # The plain-SQL sum of the check agrees with the queryset's.
+    now = timezone.now()
+    assert budgets.spent_by("user_id", alice.pk, month_start(now), now) == Usage.objects.month_spent(alice)
     Usage.objects.update(started=timezone.now() - timedelta(seconds=settings.UPSTREAM_DEADLINE + 120))
     assert Usage.objects.filter(user=alice).spent(month_start()).tokens == 0
+    assert budgets.spent_by("user_id", alice.pk, month_start(now), now).tokens == 0
 
 
 # --- refusals, as a person sees them ------------------------------------------------------------
