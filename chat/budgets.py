@@ -313,23 +313,18 @@ class Reservation:
 
 
 def worst_case(provider_id: int | None, model: str, prompt_tokens: int, max_tokens: int, at: datetime) -> Reservation:
-    """The most a stream can cost: its prompt estimate plus max_tokens, at the price in force (none: no USD).
-
-    Price.objects.in_force() in plain SQL, as it runs on every stream start under a USD limit.
-    """
-    sql = (
-        f"SELECT prompt, completion, reasoning FROM {connection.ops.quote_name(Price._meta.db_table)} "
-        "WHERE model = %s AND effective_from <= %s AND (provider_id = %s OR provider_id IS NULL) "
-        "ORDER BY CASE WHEN provider_id IS NULL THEN 1 ELSE 0 END, effective_from DESC LIMIT 1"
-    )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [model, connection.ops.adapt_datetimefield_value(at), provider_id])
-        found = cursor.fetchone()
-    usd = None
-    if found is not None:
-        prompt, completion, reasoning = (None if v is None else _decimal(v, PRICE_PLACES) for v in found)
-        usd = Price(prompt=prompt, completion=completion, reasoning=reasoning).worst_case(prompt_tokens, max_tokens)
+    """The most a stream can cost: its prompt estimate plus max_tokens, at the price in force (none: no USD)."""
+    price = Price.objects.in_force(provider_id, model, at)
+    usd = price.worst_case(prompt_tokens, max_tokens) if price is not None else None
     return Reservation(usd, prompt_tokens + max_tokens)
+
+
+# Price.objects.in_force() as a scalar subquery, one per price column.
+PRICE_SUBQUERY = (
+    "(SELECT {column} FROM {table} WHERE model = %s AND effective_from <= %s "
+    "AND (provider_id = %s OR provider_id IS NULL) "
+    "ORDER BY CASE WHEN provider_id IS NULL THEN 1 ELSE 0 END, effective_from DESC LIMIT 1)"
+)
 
 
 def reserve(user, *, token=None, provider_id: int | None, model: str, prompt_tokens: int, max_tokens: int,
@@ -344,36 +339,58 @@ def reserve(user, *, token=None, provider_id: int | None, model: str, prompt_tok
     limit = budget_for(user, rows)
     own = token_budget(token, rows) if token is not None else None
     since = month_start(now)
+    # The USD worst case needs the price table, and only a USD limit needs it: the price
+    # comes with the first month's sum, so a stream start costs one or two round trips.
+    price_of = (provider_id, model) if limit.usd is not None or (own is not None and own.usd is not None) else None
+    price = None
     if limit.limited:
-        _check(limit, spent_by("user_id", user.pk, since, now), "Your", now)
+        used, price = _month_and_price("user_id", user.pk, since, now, price_of)
+        _check(limit, used, "Your", now)
     if own is not None and own.limited:
-        _check(own, spent_by("token_id", token.pk, since, now), "This API token's", now)
-    # The USD worst case needs the price table; only a USD limit needs it.
-    if limit.usd is None and (own is None or own.usd is None):
-        return Reservation(None, prompt_tokens + max_tokens)
-    return worst_case(provider_id, model, prompt_tokens, max_tokens, now)
+        used, token_price = _month_and_price("token_id", token.pk, since, now, None if limit.limited else price_of)
+        price = price or token_price
+        _check(own, used, "This API token's", now)
+    usd = price.worst_case(prompt_tokens, max_tokens) if price is not None else None
+    return Reservation(usd, prompt_tokens + max_tokens)
 
 
 def spent_by(column: str, value: int, since: datetime, now: datetime) -> Spent:
-    """spent() for one user or token, in plain SQL: on every stream start, where the ORM's compiling of
-    four filtered sums costs more than the query itself."""
-    table = connection.ops.quote_name(Usage._meta.db_table)
+    """spent() for one user or token, in plain SQL (see _month_and_price)."""
+    return _month_and_price(column, value, since, now, None)[0]
+
+
+def _month_and_price(column: str, value: int, since: datetime, now: datetime,
+                     price_of: tuple[int | None, str] | None) -> tuple[Spent, Price | None]:  # fmt: skip
+    """What a user or token spent since a moment, and the price in force for (provider, model) if asked.
+
+    Plain SQL: it runs on every stream start, where the ORM's compiling of four filtered
+    sums costs more than the query itself.
+    """
+    ops = connection.ops
+    alive = ops.adapt_datetimefield_value(alive_since(now))
     sql = (
         "SELECT SUM(CASE WHEN status <> %s THEN cost END), SUM(CASE WHEN status <> %s THEN total_tokens END), "
         "SUM(CASE WHEN status = %s AND started > %s THEN reserved_usd END), "
-        "SUM(CASE WHEN status = %s AND started > %s THEN reserved_tokens END) "
-        f"FROM {table} WHERE {column} = %s AND started >= %s"
+        "SUM(CASE WHEN status = %s AND started > %s THEN reserved_tokens END)"
     )
-    alive = connection.ops.adapt_datetimefield_value(alive_since(now))
+    params: list[Any] = ["streaming", "streaming", "streaming", alive, "streaming", alive]
+    if price_of is not None:
+        table = ops.quote_name(Price._meta.db_table)
+        for column_name in ("prompt", "completion", "reasoning"):
+            sql += ", " + PRICE_SUBQUERY.format(column=column_name, table=table)
+            params += [price_of[1], ops.adapt_datetimefield_value(now), price_of[0]]
+    sql += f" FROM {ops.quote_name(Usage._meta.db_table)} WHERE {column} = %s AND started >= %s"
+    params += [value, ops.adapt_datetimefield_value(since)]
     with connection.cursor() as cursor:
-        cursor.execute(
-            sql,
-            ["streaming", "streaming", "streaming", alive, "streaming", alive, value,
-             connection.ops.adapt_datetimefield_value(since)],
-        )  # fmt: skip
-        settled_usd, settled_tokens, reserved_usd, reserved_tokens = cursor.fetchone()
-    return Spent(usd=_decimal(settled_usd) + _decimal(reserved_usd),
+        cursor.execute(sql, params)
+        settled_usd, settled_tokens, reserved_usd, reserved_tokens, *prices = cursor.fetchone()
+    used = Spent(usd=_decimal(settled_usd) + _decimal(reserved_usd),
                  tokens=int(settled_tokens or 0) + int(reserved_tokens or 0))  # fmt: skip
+    price = None
+    if prices and prices[0] is not None:
+        prompt, completion, reasoning = (None if v is None else _decimal(v, PRICE_PLACES) for v in prices)
+        price = Price(prompt=prompt, completion=completion, reasoning=reasoning)
+    return used, price
 
 
 def _decimal(value, places: Decimal = CENT_FRACTIONS) -> Decimal:

@@ -213,6 +213,27 @@ def test_the_default_and_group_budgets_refuse_once_spent(alice):
     assert reserve(alice).tokens == 110
 
 
+def test_the_usd_reservation_uses_the_price_in_force_only_under_a_usd_limit(alice, providers):
+    now = timezone.now()
+    i14 = providers["i14"]
+    Price.objects.create(model="m", prompt=1, completion=2, effective_from=now - timedelta(days=9))
+    Price.objects.create(
+        provider=i14, model="m", prompt=3, completion=4, reasoning=9, effective_from=now - timedelta(2)
+    )
+    Price.objects.create(provider=i14, model="m", prompt=50, completion=60, effective_from=now + timedelta(days=1))
+
+    def reserved(provider):
+        with transaction.atomic():
+            return budgets.reserve(alice, provider_id=provider.pk, model="m", prompt_tokens=1000, max_tokens=500)
+
+    assert reserved(i14) == budgets.Reservation(None, 1500)  # no USD limit: no price needed
+    Budget.objects.create(user=alice, usd=Decimal("10"))
+    assert reserved(i14).usd == Decimal(1000 * 3 + 500 * 9) / 1_000_000
+    assert reserved(providers["api14"]).usd == Decimal(1000 * 1 + 500 * 2) / 1_000_000
+    Price.objects.all().delete()
+    assert reserved(i14) == budgets.Reservation(None, 1500)
+
+
 def test_running_streams_count_their_reservation_and_stale_ones_do_not(alice, settings):
     Budget.objects.create(user=alice, tokens=300)
     Usage.objects.create(user=alice, model="m", status="streaming", reserved_tokens=200)
