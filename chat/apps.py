@@ -12,6 +12,11 @@ class ChatConfig(AppConfig):
     name = "chat"
     verbose_name = "Chat"
 
+    def ready(self) -> None:
+        from .sessions import connect_signals
+
+        connect_signals()
+
 
 def prepare_to_serve() -> None:
     """Once per server process, before it serves: sync the configured provider, recover dead streams."""

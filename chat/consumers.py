@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
 from typing import Any
 
 import orjson
@@ -10,10 +12,16 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
-from . import generation, params
+from . import generation, params, sessions
 from .generation import Job, control_group, conversation_group, frame, snapshot_frames
 from .limits import FRAME_LIMIT_CLOSE_CODE, FrameLimiter
 from .models import ChatError, Conversation, Message, Provider, begin_turn
+
+# Frames that start a stream re-check the session first (cached for CHAT_SESSION_CHECK_SECONDS).
+SESSION_CHECKED_FRAMES = frozenset({"send", "regenerate", "edit"})
+SIGNED_OUT = 4401  # the close code the page answers by going to the sign-in page
+
+log = logging.getLogger(__name__)
 
 
 def parse_id(fields: dict, name: str, *, optional: bool = False) -> int | None:
@@ -70,9 +78,13 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
     async def connect(self) -> None:
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
-            await self.close(code=4401)
+            # Accepted then closed: a refused handshake reaches the page as 1006, not as this code.
+            await self.accept()
+            await self.close(code=SIGNED_OUT)
             return
         self.user = user
+        self.session_key = self.scope["session"].session_key
+        self.session_checked = time.monotonic()
         self.watching: set[int] = set()
         # reply id -> seq of the snapshot this socket got (None: waiting for it)
         self.attaching: dict[int, int | None] = {}
@@ -80,6 +92,10 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             settings.CHAT_FRAME_RATE, settings.CHAT_FRAME_BURST, asyncio.get_running_loop().time()
         )
         self.closing = False
+        try:
+            await self.channel_layer.group_add(sessions.user_group(user.pk), self.channel_name)
+        except Exception as exc:  # the socket still works; the per-frame session check still holds
+            log.warning("could not add a socket of user %s to its user group: %r", user.pk, exc)
         await self.accept()
         generation.ensure_sweeper()
 
@@ -92,6 +108,11 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             await super().dispatch(message)
 
     async def disconnect(self, code: int) -> None:
+        if hasattr(self, "user"):
+            try:
+                await self.channel_layer.group_discard(sessions.user_group(self.user.pk), self.channel_name)
+            except Exception as exc:  # the membership expires with the layer's group expiry
+                log.warning("could not remove a socket of user %s from its user group: %r", self.user.pk, exc)
         for conversation_id in getattr(self, "watching", ()):
             await self.channel_layer.group_discard(conversation_group(conversation_id), self.channel_name)
 
@@ -132,6 +153,9 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
     async def receive_json(self, content: Any, **kwargs) -> None:
         if not isinstance(content, dict):
             raise ChatError("bad_frame", "A frame must be a JSON object with a `type`.")
+        if content.get("type") in SESSION_CHECKED_FRAMES and not await self.session_still_valid():
+            await self.close_signed_out()
+            return
         handler = {
             "send": self.on_send,
             "regenerate": self.on_regenerate,
@@ -142,6 +166,25 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         if handler is None:
             raise ChatError("unknown_type", f"Unknown frame type {content.get('type')!r}.")
         await handler(content)
+
+    async def close_signed_out(self) -> None:
+        """Close with 4401 (the page goes to sign in); frames still queued are dropped unread."""
+        self.closing = True
+        await self.close(code=SIGNED_OUT)
+
+    async def session_still_valid(self, *, fresh: bool = False) -> bool:
+        """Whether this socket's session still signs its user in; a recent answer is reused unless `fresh`."""
+        now = time.monotonic()
+        if not fresh and now - self.session_checked < settings.CHAT_SESSION_CHECK_SECONDS:
+            return True
+        try:
+            valid = await database_sync_to_async(sessions.session_is_valid)(self.session_key, self.user.pk)
+        except Exception as exc:  # a database blip must not sign everyone out; the next frame asks again
+            log.warning("could not check the session of user %s's socket: %r", self.user.pk, exc)
+            return True
+        if valid:
+            self.session_checked = now
+        return valid
 
     async def send_error(self, code: str, detail: str, message: int | None = None) -> None:
         await self.send(text_data=frame(type="error", code=code, detail=detail, message=message))
@@ -236,6 +279,11 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         return reply
 
     # --- channel-layer events -------------------------------------------------
+
+    async def session_check(self, event: dict) -> None:
+        """A session of this user ended somewhere (sign-out, password change, deactivation): is it ours?"""
+        if event.get("ended") == self.session_key or not await self.session_still_valid(fresh=True):
+            await self.close_signed_out()
 
     async def chat_started(self, event: dict) -> None:
         await self.send(text_data=event["text"])

@@ -2,13 +2,13 @@
 
 from channels.auth import AuthMiddlewareStack
 from channels.routing import URLRouter
-from channels.security.websocket import AllowedHostsOriginValidator
 from django.urls import path
 
 from .consumers import ChatConsumer
+from .origins import OriginValidator
 
 websocket_urlpatterns = [
     path("ws/chat/", ChatConsumer.as_asgi()),
 ]
 
-websocket_application = AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns)))
+websocket_application = OriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns)))

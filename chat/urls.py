@@ -2,11 +2,16 @@ from django.contrib.auth import views as auth_views
 from django.urls import path
 
 from . import api, views
+from .accounts import sign_in_view
 
 urlpatterns = [
     path("", views.index, name="index"),
     path("c/<int:conversation_id>/", views.index, name="conversation"),
-    path("accounts/login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
+    path(
+        "accounts/login/",
+        sign_in_view(auth_views.LoginView.as_view(redirect_authenticated_user=True)),
+        name="login",
+    ),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("accounts/password/", auth_views.PasswordChangeView.as_view(), name="password_change"),
     path("accounts/password/done/", auth_views.PasswordChangeDoneView.as_view(), name="password_change_done"),

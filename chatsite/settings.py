@@ -3,6 +3,7 @@
 import os
 import secrets
 import time
+from datetime import timedelta
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
@@ -76,6 +77,7 @@ INSTALLED_APPS = [
     "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
     "channels",
+    "axes",
     "chat",
 ]
 
@@ -90,6 +92,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as django-axes asks: turns a locked-out sign-in into the lockout page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "chatsite.urls"
@@ -146,6 +150,8 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+# Axes refuses locked-out sign-ins before any password is hashed; ours bounds the hashing.
+AUTHENTICATION_BACKENDS = ["chat.accounts.LockoutBackend", "chat.accounts.BoundedModelBackend"]
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "login"
@@ -191,7 +197,8 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env("LOG_LEVEL", "INFO")},
     # httpx logs every request line at INFO; only our own summaries are wanted.
-    "loggers": {"httpx": {"level": "WARNING"}, "daphne": {"level": "WARNING"}},
+    # django-axes logs every sign-in at INFO; lockouts are WARNING.
+    "loggers": {"httpx": {"level": "WARNING"}, "daphne": {"level": "WARNING"}, "axes": {"level": "WARNING"}},
 }
 
 # --- The chat itself -------------------------------------------------------
@@ -263,6 +270,28 @@ UPSTREAM_PROVIDER_WAIT = env_number("UPSTREAM_PROVIDER_WAIT", 10.0, float)
 BUDGET_DEFAULT_USD = env_number("BUDGET_DEFAULT_USD", None, Decimal)
 BUDGET_DEFAULT_TOKENS = env_number("BUDGET_DEFAULT_TOKENS", None)
 
+# An open socket re-reads its session before a send/regenerate/edit at most this often, seconds.
+CHAT_SESSION_CHECK_SECONDS = env_number("CHAT_SESSION_CHECK_SECONDS", 5.0, float)
+
+# --- Sign-in throttling (django-axes) ----------------------------------------
+# This many failed sign-ins for one account, or from one address, lock it for AUTH_LOCKOUT_MINUTES
+# (counted while failures keep coming less than that far apart); staff unlock in the admin.
+AUTH_LOCKOUT_FAILURES = env_number("AUTH_LOCKOUT_FAILURES", 10)
+AUTH_LOCKOUT_MINUTES = env_number("AUTH_LOCKOUT_MINUTES", 15)
+# Passwords hashed at once (each costs ~0.5 s of a core; the default leaves a core for everything else),
+# and how long a sign-in waits for its turn before it is told the server is busy.
+AUTH_HASH_CONCURRENCY = env_number("AUTH_HASH_CONCURRENCY", max(1, (os.cpu_count() or 2) - 1))
+AUTH_HASH_WAIT = env_number("AUTH_HASH_WAIT", 10.0, float)
+# Proxies whose X-Forwarded-For is believed for the client's address (IPs or networks); otherwise
+# the address of the TCP peer counts, so a client cannot pick the address it is throttled under.
+TRUSTED_PROXIES = env_list("DJANGO_TRUSTED_PROXIES")
+AXES_FAILURE_LIMIT = AUTH_LOCKOUT_FAILURES
+AXES_COOLOFF_TIME = timedelta(minutes=AUTH_LOCKOUT_MINUTES)
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]  # each on its own, not the pair
+AXES_LOCKOUT_CALLABLE = "chat.accounts.lockout_response"
+AXES_CLIENT_IP_CALLABLE = "chat.accounts.client_ip"
+AXES_VERBOSE = False
+
 if not 0 < CHAT_COALESCE_MS <= 30:
     raise ImproperlyConfigured("CHAT_COALESCE_MS must be between 1 and 30")
 if not 1 <= UPSTREAM_MAX_TOKENS <= MAX_TOKENS_LIMIT:
@@ -273,3 +302,5 @@ if BUDGET_DEFAULT_TOKENS is not None and BUDGET_DEFAULT_TOKENS < 0:
     raise ImproperlyConfigured("BUDGET_DEFAULT_TOKENS must be 0 or more")
 if CHAT_FRAME_RATE <= 0 or CHAT_FRAME_BURST < 1 or API_MAX_N < 1:
     raise ImproperlyConfigured("CHAT_FRAME_RATE, CHAT_FRAME_BURST and API_MAX_N must be positive")
+if min(AUTH_LOCKOUT_FAILURES, AUTH_LOCKOUT_MINUTES, AUTH_HASH_CONCURRENCY) < 1:
+    raise ImproperlyConfigured("AUTH_LOCKOUT_FAILURES, AUTH_LOCKOUT_MINUTES, AUTH_HASH_CONCURRENCY must be 1 or more")

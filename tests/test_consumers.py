@@ -398,9 +398,11 @@ async def test_messages_left_streaming_by_a_dead_process_become_interrupted(alic
 # --- refusals -------------------------------------------------------------------
 
 
-async def test_anonymous_user_is_refused(connect, providers):
-    accepted, code, _ = await connect(None)
-    assert not accepted and code == 4401
+async def test_anonymous_user_is_accepted_then_closed_with_4401(connect, providers):
+    accepted, _, socket = await connect(None)
+    # Accepted first: a refused handshake reaches a browser as 1006, and the page would keep reconnecting.
+    assert accepted
+    assert await socket.communicator.receive_output(5) == {"type": "websocket.close", "code": 4401}
 
 
 async def test_foreign_origin_is_refused(connect, alice):

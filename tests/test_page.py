@@ -11,6 +11,8 @@ import re
 import threading
 
 import pytest
+from django.conf import settings
+from django.contrib.sessions.models import Session
 from django.db import connection
 from playwright.sync_api import expect, sync_playwright
 
@@ -125,6 +127,36 @@ def test_sign_in_through_the_form_and_a_wrong_password_is_refused(new_page, alic
     expect(page).to_have_url(re.compile(r"/accounts/login/$"))
     page.goto("/")
     expect(page).to_have_url(re.compile(r"/accounts/login/\?next=/$"))
+
+
+def test_signing_out_in_another_tab_sends_this_tab_to_the_sign_in_page(new_page, alice, providers):
+    page = new_page(alice)
+    open_chat(page)
+    other = page.context.new_page()  # a second tab of the same browser: the same session
+    open_chat(other)
+    other.get_by_role("button", name="Sign out").click()
+    expect(other).to_have_url(re.compile(r"/accounts/login/$"))
+    # The first tab's socket is closed with 4401 and the page goes to sign in, to come back where it was.
+    expect(page).to_have_url(re.compile(r"/accounts/login/\?next=%2F$"))
+    expect(page.get_by_role("heading", name="Sign in")).to_be_visible()
+
+
+def test_a_page_whose_session_ended_while_its_socket_was_down_goes_to_sign_in(new_page, alice, providers):
+    """The reconnect is refused with 4401 (accepted, then closed): before, a refused handshake looked
+    like a network drop (1006) and the page kept reconnecting, saying so, forever."""
+    page = new_page(alice)
+    sockets = []
+
+    def through(ws):  # the page's websocket, passed through to the server as it is
+        sockets.append(ws)
+        ws.connect_to_server()
+
+    page.route_web_socket(re.compile(r"/ws/chat/$"), through)
+    open_chat(page)
+    session = next(c["value"] for c in page.context.cookies() if c["name"] == settings.SESSION_COOKIE_NAME)
+    Session.objects.filter(session_key=session).delete()  # expired, or cleared
+    sockets[-1].close(code=1012)  # as the page sees a server restart
+    expect(page).to_have_url(re.compile(r"/accounts/login/\?next=%2F$"))
 
 
 def test_change_password(new_page, alice, providers):

@@ -1,4 +1,7 @@
-"""Scale-out: two daphne processes on PostgreSQL and Redis, a stream on one watched and stopped from the other."""
+"""Scale-out: two daphne processes on PostgreSQL and Redis.
+
+A stream on one is watched and stopped from the other; a session ended on one closes its sockets on the other.
+"""
 
 import asyncio
 import os
@@ -43,15 +46,16 @@ def _cluster(fake_server, database_url, prefix):
     for server in servers:
         server.start()
     servers[0].database_url = database_url
+    servers[0].setup_env = setup
     yield servers
     for server in servers:
         server.stop()
 
 
-def sign_in(server) -> str:
+def sign_in(server, username: str = "carol", password: str = "carol-secret-pw") -> str:
     with httpx.Client(base_url=server.url) as browser:
         browser.get("/accounts/login/")
-        form = {"username": "carol", "password": "carol-secret-pw", "csrfmiddlewaretoken": browser.cookies["csrftoken"]}
+        form = {"username": username, "password": password, "csrfmiddlewaretoken": browser.cookies["csrftoken"]}
         assert browser.post("/accounts/login/", data=form).status_code == 302
         return browser.cookies["sessionid"]
 
@@ -82,6 +86,17 @@ class Tab:
         while not frames or frames[-1]["type"] != frame_type:
             frames.append(orjson.loads((await self.ws.receive(timeout=20)).data))
         return frames
+
+    async def closed(self, timeout: float = 5) -> int | None:
+        """Drop frames until the server closes the socket; its close code."""
+        while True:
+            message = await self.ws.receive(timeout=timeout)
+            if message.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSING, aiohttp.WSMsgType.CLOSED):
+                return self.ws.close_code
+
+    async def still_open(self) -> bool:
+        await self.send(type="attach", conversation=999_999_999)
+        return (await self.until("error"))[-1]["code"] == "not_found"
 
 
 def text(frames, field="content"):
@@ -162,3 +177,51 @@ def create_token(database_url: str) -> str:
         [sys.executable, "manage.py", "createtoken", "carol"], cwd=ROOT, env=env, check=True, capture_output=True
     )
     return made.stdout.decode().strip().splitlines()[-1]
+
+
+def sign_out(server, cookie: str) -> None:
+    with httpx.Client(base_url=server.url, cookies={"sessionid": cookie}) as browser:
+        assert browser.get("/").status_code == 200
+        form = {"csrfmiddlewaretoken": browser.cookies["csrftoken"]}
+        assert browser.post("/accounts/logout/", data=form).status_code == 302
+
+
+async def test_signing_out_on_one_process_closes_that_sessions_sockets_on_the_other(cluster):
+    first, second = cluster
+    leaving, staying = sign_in(first), sign_in(first)
+    async with Tab(second, leaving) as tab, Tab(first, staying) as other:
+        await tab.send(type="send", conversation=None, content=SLOW)
+        started = (await tab.until("delta"))[0]
+        sign_out(first, leaving)
+        assert await tab.closed() == 4401
+        assert await other.still_open()
+        # The stream the signed-out tab started goes on, on its process, to the end.
+        await other.send(type="attach", conversation=started["conversation"])
+        frames = await other.until("done")
+    assert frames[-1]["status"] == "complete"
+    with psycopg.connect(first.database_url) as db:
+        (content,) = db.execute("SELECT content FROM chat_message WHERE id = %s", [started["message"]]).fetchone()
+        (tokens,) = db.execute(
+            "SELECT completion_tokens FROM chat_usage WHERE message_id = %s", [started["message"]]
+        ).fetchone()
+    assert content == frames[1]["content"] + text(frames[2:]) and tokens > 0
+
+
+USER = "from django.contrib.auth.models import User"
+
+
+def manage_shell(server, code: str) -> None:
+    """Python in `manage.py shell`: a process of its own, on the same database and Redis."""
+    run = [sys.executable, "manage.py", "shell", "-c", code]
+    subprocess.run(run, cwd=ROOT, env=server.setup_env, check=True, capture_output=True, timeout=60)
+
+
+async def test_set_password_and_save_anywhere_closes_the_users_sockets_on_every_process(cluster):
+    first, second = cluster
+    manage_shell(first, f"{USER}; User.objects.create_user('dave', password='dave-secret-pw')")
+    cookies = sign_in(first, "dave", "dave-secret-pw"), sign_in(second, "dave", "dave-secret-pw")
+    async with Tab(first, cookies[0]) as one, Tab(second, cookies[1]) as two, Tab(first, sign_in(first)) as carol:
+        assert await one.still_open() and await two.still_open()
+        manage_shell(first, f"{USER}; u = User.objects.get(username='dave'); u.set_password('new-one-42'); u.save()")
+        assert await one.closed() == 4401 and await two.closed() == 4401
+        assert await carol.still_open()  # another user's sockets are not touched

@@ -367,6 +367,9 @@ const socket = new ChatSocket(socketUrl(config.wsPath), {
   },
 });
 
+// Signing out closes this socket with 4401 too; the form's own redirect is where to go, not ?next=.
+document.querySelector("form.sign-out")?.addEventListener("submit", () => socket.leave());
+
 ui.composer.addEventListener("submit", (event) => {
   event.preventDefault();
   sendMessage();

@@ -18,6 +18,7 @@ export class ChatSocket {
     this.everOpened = false;
     this.timer = 0;
     this.ws = null;
+    this.leaving = false;
     this.connect();
     // A laptop waking up or a phone regaining signal: try at once instead of waiting.
     window.addEventListener("online", () => this.retryNow());
@@ -47,7 +48,7 @@ export class ChatSocket {
       this.handlers.onFrame(frame);
     });
     ws.addEventListener("close", (event) => {
-      if (this.ws !== ws) return;
+      if (this.ws !== ws || this.leaving) return;
       this.ws = null;
       if (event.code === UNAUTHENTICATED) {
         this.handlers.onSignedOut();
@@ -64,6 +65,12 @@ export class ChatSocket {
     const delay = base * (0.75 + Math.random() * 0.5);
     this.attempt += 1;
     this.timer = setTimeout(() => this.connect(), delay);
+  }
+
+  /** The page is navigating away on purpose (signing out): a close now is no news to act on. */
+  leave() {
+    this.leaving = true;
+    clearTimeout(this.timer);
   }
 
   retryNow() {

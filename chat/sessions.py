@@ -1,0 +1,92 @@
+"""Sockets follow their session: sign-out, a password change or deactivation closes them (code 4401).
+
+Each socket joins its user's channel-layer group. On any of those triggers the
+group is told to re-check; each socket then re-validates its own session the way
+an HTTP request would (the session exists, its auth hash matches, the user is
+active), so only the sessions that really ended are closed, on every process.
+"""
+
+from __future__ import annotations
+
+import logging
+from importlib import import_module
+from types import SimpleNamespace
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.conf import settings
+from django.contrib.auth import get_user, get_user_model
+from django.contrib.auth.signals import user_logged_out
+from django.db import transaction
+from django.db.models.signals import post_delete, post_save, pre_save
+
+log = logging.getLogger(__name__)
+
+CHECK_EVENT = "session.check"
+# A password or is_active written in these fields can end sessions.
+AUTH_FIELDS = frozenset({"password", "is_active"})
+
+
+def user_group(user_id: int) -> str:
+    """The channel-layer group of every socket of one user."""
+    return f"chat.user.{user_id}"
+
+
+def session_is_valid(session_key: str | None, user_id: int) -> bool:
+    """Whether this session still signs in this user, checked as an HTTP request would be."""
+    if not session_key:
+        return False
+    store = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
+    # get_user() loads the session, checks the auth hash and that the user may still sign in.
+    user = get_user(SimpleNamespace(session=store))
+    return user.is_authenticated and user.pk == user_id
+
+
+def notify_user(user_id: int, ended_session: str | None = None) -> None:
+    """Ask every socket of this user, on every process, to re-check its session (after the commit)."""
+    event = {"type": CHECK_EVENT, "ended": ended_session}
+
+    def send() -> None:
+        try:
+            async_to_sync(get_channel_layer().group_send)(user_group(user_id), event)
+        except Exception as exc:  # the change itself must not fail; sockets re-check on their next frame anyway
+            log.warning("could not tell user %s's sockets to re-check their session: %r", user_id, exc)
+
+    transaction.on_commit(send)
+
+
+def on_logged_out(sender, request, user, **kwargs) -> None:
+    if user is not None and user.pk is not None:
+        # The signal comes before the session is flushed, so name the ended session outright.
+        notify_user(user.pk, getattr(request.session, "session_key", None))
+
+
+def remember_auth_fields(sender, instance, update_fields=None, **kwargs) -> None:
+    """Before a user is saved: note whether its password or is_active is about to change."""
+    instance._auth_changed = False
+    if instance.pk is None or (update_fields is not None and not AUTH_FIELDS & set(update_fields)):
+        return
+    before = sender._default_manager.filter(pk=instance.pk).values("password", "is_active").first()
+    if before is not None:
+        instance._auth_changed = before["password"] != instance.password or (
+            before["is_active"] and not instance.is_active
+        )
+
+
+def on_user_saved(sender, instance, created, **kwargs) -> None:
+    if getattr(instance, "_auth_changed", False):
+        instance._auth_changed = False
+        notify_user(instance.pk)
+
+
+def on_user_deleted(sender, instance, **kwargs) -> None:
+    notify_user(instance.pk)
+
+
+def connect_signals() -> None:
+    """Called once from ChatConfig.ready()."""
+    user_model = get_user_model()
+    user_logged_out.connect(on_logged_out, dispatch_uid="chat.sessions.logged_out")
+    pre_save.connect(remember_auth_fields, sender=user_model, dispatch_uid="chat.sessions.pre_save")
+    post_save.connect(on_user_saved, sender=user_model, dispatch_uid="chat.sessions.post_save")
+    post_delete.connect(on_user_deleted, sender=user_model, dispatch_uid="chat.sessions.post_delete")
