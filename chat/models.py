@@ -311,8 +311,8 @@ class MessageQuerySet(models.QuerySet):
                     ended=now,
                     error=message.error,
                 )
-            if orphans:
-                price_unpriced(Usage.objects.filter(message__in=orphans))
+        # The swept rows (chat and, where the sweep closes them, API) get the price table's cost.
+        price_unpriced(Usage.objects.filter(status=Message.Status.INTERRUPTED, ended=now, cost__isnull=True))
         return orphans
 
 

@@ -29,7 +29,7 @@ from chat import budgets, upstream
 from chat.budgets import Budget, BudgetExceeded, Price, budget_for, month_start, next_month_start
 from chat.models import ApiToken, CatalogEntry, Message, Usage, begin_turn
 from tests.conftest import FAKE_KEY, MODELS
-from tests.live import ROOT, LiveServer, Tab
+from tests.live import ROOT, LiveServer, Tab, database_url
 from tests.services import postgres_database
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -358,6 +358,29 @@ def test_the_orphan_sweep_settles_a_dead_streams_reservation(alice, providers, p
     assert row.status == "interrupted" and row.estimated
     assert row.cost_source == "computed" and row.cost_estimated and row.cost > 0
     assert Usage.objects.month_spent(alice).tokens == row.total_tokens < 100
+
+
+def test_a_dead_processes_reservation_is_released_when_the_sweep_settles_it(alice, providers, price, fake):
+    from django.db import connection
+
+    Budget.objects.create(user=alice, tokens=reservation_tokens(ENDLESS))
+    params = {"max_tokens": MAX_TOKENS}
+
+    async def start_and_get_refused(live):
+        async with Tab(live, alice) as tab:
+            await tab.send(type="send", conversation=None, content=ENDLESS, model=I14, params=params)
+            await tab.until("delta")
+            await tab.send(type="send", conversation=None, content=ENDLESS, model=I14, params=params)
+            return (await tab.until("error"))[-1]
+
+    with LiveServer({"DATABASE_URL": database_url(connection.settings_dict)}) as live:
+        assert asyncio.run(start_and_get_refused(live))["code"] == "budget_exceeded"
+        live.restart()  # killed mid-stream; the new process sweeps what the dead one left at start-up
+        assert wait_until(lambda: not Usage.objects.filter(status="streaming").exists())
+    row = Usage.objects.exclude(status="refused").get()
+    assert row.status == "interrupted" and row.estimated
+    assert row.cost_source == "computed" and row.cost_estimated and row.cost > 0
+    assert Usage.objects.month_spent(alice).tokens == row.total_tokens < reservation_tokens(ENDLESS)
 
 
 # --- the concurrent case, against two server processes on SQLite and on PostgreSQL --------------
