@@ -39,7 +39,7 @@ MODEL = "claude-sonnet-5"
 PROMPT = "[[chunks:2]] [[reasoning:0]]"
 
 
-def seed(rows: int) -> dict[str, dict[str, str]]:
+def seed(rows: int, kinds: str = "both") -> dict[str, dict[str, str]]:
     """Two people with the same month of history; only the first has a budget (and the model a price)."""
     from datetime import timedelta
 
@@ -69,7 +69,11 @@ def seed(rows: int) -> dict[str, dict[str, str]]:
         client = Client()
         client.force_login(user)
         people[name] = {"cookie": client.cookies["sessionid"].value, "token": ApiToken.issue(user, "bench")[1]}
-    Budget.objects.create(user=User.objects.get(username="budgeted"), usd=Decimal("1000000"), tokens=10**12)
+    Budget.objects.create(
+        user=User.objects.get(username="budgeted"),
+        usd=Decimal("1000000") if kinds in ("usd", "both") else None,
+        tokens=10**12 if kinds in ("tokens", "both") else None,
+    )
     Price.objects.create(model=MODEL, prompt=Decimal("3"), completion=Decimal("15"))
     return people
 
@@ -152,6 +156,7 @@ def main() -> None:
     parser.add_argument(
         "--rows", type=int, default=170, help="usage records per person this month (1M a year for 500 people: ~170)"
     )
+    parser.add_argument("--kinds", choices=["usd", "tokens", "both"], default="both", help="the budget's limits")
     parser.add_argument("--database-url", help="e.g. postgres://postgres@127.0.0.1/bench_budget (emptied first)")
     args = parser.parse_args()
     folder = tempfile.TemporaryDirectory(prefix="chat-budget-bench-")
@@ -182,7 +187,7 @@ def main() -> None:
     import django
 
     django.setup()
-    people = seed(args.rows)
+    people = seed(args.rows, args.kinds)
     fake = subprocess.Popen(
         [sys.executable, "-m", "uvicorn", "chat.fakeupstream:app", "--port", str(fake_port), "--log-level", "warning"],
         cwd=ROOT, env=env,
