@@ -285,7 +285,8 @@ def spent(rows, since: datetime) -> Spent:
         reserved_tokens=Sum("reserved_tokens", filter=alive),
     )
     return Spent(
-        usd=(totals["settled_usd"] or Decimal(0)) + (totals["reserved_usd"] or Decimal(0)),
+        # Quantized: SQLite sums its decimal columns as floats (0.19999999999999 for 0.2).
+        usd=_decimal(totals["settled_usd"]) + _decimal(totals["reserved_usd"]),
         tokens=(totals["settled_tokens"] or 0) + (totals["reserved_tokens"] or 0),
     )
 
@@ -310,13 +311,6 @@ class Reservation:
 
     usd: Decimal | None
     tokens: int
-
-
-def worst_case(provider_id: int | None, model: str, prompt_tokens: int, max_tokens: int, at: datetime) -> Reservation:
-    """The most a stream can cost: its prompt estimate plus max_tokens, at the price in force (none: no USD)."""
-    price = Price.objects.in_force(provider_id, model, at)
-    usd = price.worst_case(prompt_tokens, max_tokens) if price is not None else None
-    return Reservation(usd, prompt_tokens + max_tokens)
 
 
 # Price.objects.in_force() as a scalar subquery, one per price column.

@@ -175,6 +175,14 @@ def test_budget_is_the_users_own_else_the_most_generous_group_else_the_default(a
         assert (limit.usd, limit.tokens, limit.source) == (Decimal("1"), None, "user")
 
 
+def test_sums_of_costs_are_exact_decimals_on_every_database(alice):
+    for _ in range(3):
+        Usage.objects.create(user=alice, model="m", status="complete", cost=Decimal("0.1"))
+    now = timezone.now()
+    assert Usage.objects.month_spent(alice).usd == Decimal("0.3")
+    assert budgets.spent_by("user_id", alice.pk, month_start(now), now).usd == Decimal("0.3")
+
+
 def test_a_budget_row_is_for_exactly_one_user_group_or_token(alice):
     from django.db import IntegrityError
 
