@@ -15,7 +15,7 @@ from django.http import HttpResponse, StreamingHttpResponse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
-from . import budgets, limits, upstream
+from . import budgets, generation, limits, upstream
 from .models import (
     ApiToken,
     CatalogEntry,
@@ -95,6 +95,9 @@ async def chat_completions(request):
     payload, wants_usage = upstream_body(body, entry.model, settings.UPSTREAM_MAX_TOKENS)
     meter = Meter(token, entry, body)
     try:
+        # The usage row records this process's lease: if the process dies, another one closes the row.
+        await generation.ensure_started()
+        meter.worker_id = generation.worker_id()
         await sync_to_async(meter.begin)()
     except limits.LimitExceeded as exc:
         return too_many(exc)
@@ -244,6 +247,7 @@ class Meter:
         self.state = stream_state(asyncio.get_running_loop().time(), entry.provider.api_key)
         self.recorded = False
         self.usage_id: int | None = None
+        self.worker_id: int | None = None
 
     def begin(self) -> None:
         """Write the usage row as `streaming` before anything goes upstream, if the limits allow.
@@ -274,6 +278,7 @@ class Meter:
                 prompt_tokens=prompt_tokens,
                 reserved_usd=reservation.usd,
                 reserved_tokens=reservation.tokens,
+                worker_id=self.worker_id,
             ).pk
 
     def max_tokens(self) -> int:

@@ -22,14 +22,14 @@ def prepare_to_serve() -> None:
     """Once per server process, before it serves: sync the configured provider, recover dead streams."""
     from django.conf import settings
 
-    from .generation import orphan_after
+    from .generation import lease
     from .models import Message, Provider
 
     end_streams_at_shutdown()
     try:
         provider = Provider.objects.sync_from_settings()
-        # One process alone owns every stream; beside others, only stale ones are dead.
-        stale_after = orphan_after() if settings.REDIS_URL else None
+        # One process alone owns every stream; beside others, only those whose lease expired are dead.
+        stale_after = lease() if settings.REDIS_URL else None
         recovered = Message.objects.recover_orphans(stale_after)
     except DatabaseError as exc:
         log.error("database not ready (%s); run `manage.py migrate`", exc)

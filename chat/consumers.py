@@ -13,7 +13,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
 from . import generation, params, sessions
-from .generation import Job, control_group, conversation_group, frame, snapshot_frames
+from .generation import Job, conversation_group, frame, snapshot_frames
 from .limits import FRAME_LIMIT_CLOSE_CODE, FrameLimiter
 from .models import ChatError, Conversation, Message, Provider, begin_turn
 
@@ -22,6 +22,12 @@ SESSION_CHECKED_FRAMES = frozenset({"send", "regenerate", "edit"})
 SIGNED_OUT = 4401  # the close code the page answers by going to the sign-in page
 
 log = logging.getLogger(__name__)
+
+# An attaching socket waits this long for the owner's snapshot, then shows the saved text:
+# an owner killed a moment ago still holds its lease but will never answer.
+SNAPSHOT_WAIT = 3.0
+# attaching[reply] when the snapshot came from the database: no delta lines up with it.
+FROM_DATABASE = -1
 
 
 def parse_id(fields: dict, name: str, *, optional: bool = False) -> int | None:
@@ -88,6 +94,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         self.watching: set[int] = set()
         # reply id -> seq of the snapshot this socket got (None: waiting for it)
         self.attaching: dict[int, int | None] = {}
+        self.waits: set[asyncio.Task] = set()
         self.frames = FrameLimiter(
             settings.CHAT_FRAME_RATE, settings.CHAT_FRAME_BURST, asyncio.get_running_loop().time()
         )
@@ -97,7 +104,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         except Exception as exc:  # the socket still works; the per-frame session check still holds
             log.warning("could not add a socket of user %s to its user group: %r", user.pk, exc)
         await self.accept()
-        generation.ensure_sweeper()
+        await generation.ensure_started()
 
     async def dispatch(self, message: dict) -> None:
         # Channels closes stale database connections (a thread hop) before every message;
@@ -108,6 +115,8 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             await super().dispatch(message)
 
     async def disconnect(self, code: int) -> None:
+        for wait in getattr(self, "waits", ()):
+            wait.cancel()
         if hasattr(self, "user"):
             try:
                 await self.channel_layer.group_discard(sessions.user_group(self.user.pk), self.channel_name)
@@ -239,8 +248,9 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
                 raise ChatError("not_found", "No such conversation.")
             model = model or stored
         entry = await Provider.objects.aresolve(model)
+        await generation.ensure_started()
         turn = await database_sync_to_async(begin_turn)(
-            self.user, entry, params, conversation_id=conversation_id, **turn
+            self.user, entry, params, conversation_id=conversation_id, worker_id=generation.worker_id(), **turn
         )
         await self.watch(turn.conversation.pk)
         generation.start(Job.for_turn(turn, entry.provider, entry.model, turn.conversation.params))
@@ -250,30 +260,48 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         reply = await self._own_reply(message_id)
         if reply.status != Message.Status.STREAMING:
             raise ChatError("not_streaming", "That message is not streaming.")
-        await self.channel_layer.group_send(
-            control_group(reply.conversation_id), {"type": "generation.stop", "message": message_id}
-        )
+        # To the process streaming it, whichever socket started it; a dead owner's stream ends here.
+        await generation.send_control(reply, "stop")
 
     async def on_attach(self, fields: dict) -> None:
         conversation_id = parse_id(fields, "conversation")
         if not await Conversation.objects.owned_by(self.user).filter(pk=conversation_id).aexists():
             raise ChatError("not_found", "No such conversation.")
         await self.watch(conversation_id)
-        streaming = await Message.objects.streaming().filter(conversation_id=conversation_id).afirst()
+        streaming = (
+            await Message.objects.streaming().filter(conversation_id=conversation_id).select_related("worker").afirst()
+        )
         if streaming is None:
             await self.send(text_data=frame(type="attached", conversation=conversation_id, message=None))
             return
         self.attaching[streaming.pk] = None
         await self.send(text_data=frame(type="attached", conversation=conversation_id, message=streaming.pk))
-        await self.channel_layer.group_send(
-            control_group(conversation_id),
-            {"type": "generation.snapshot", "message": streaming.pk, "reply_to": self.channel_name},
-        )
+        # A live owner answers with a snapshot; a dead one's stream is ended now and its `done`
+        # (with the saved text as the snapshot, see chat_done) arrives through the group.
+        if await generation.send_control(streaming, "snapshot", reply_to=self.channel_name):
+            wait = asyncio.create_task(self.snapshot_from_database(streaming.pk))
+            self.waits.add(wait)
+            wait.add_done_callback(self.waits.discard)
+
+    async def snapshot_from_database(self, message_id: int) -> None:
+        """If the owner does not answer in time, the saved text; its own snapshot still replaces it."""
+        await asyncio.sleep(SNAPSHOT_WAIT)
+        if self.attaching.get(message_id, FROM_DATABASE) is not None:
+            return
+        reply = await Message.objects.aget(pk=message_id)
+        if self.attaching.get(message_id, FROM_DATABASE) is None:
+            self.attaching[message_id] = FROM_DATABASE
+            for text in snapshot_frames(
+                reply.conversation_id, reply.pk, reply.content, reply.reasoning, reply.status, reply.model, None
+            ):
+                await self.send(text_data=text)
 
     async def _own_reply(self, message_id: int) -> Message:
-        reply = await Message.objects.filter(
-            pk=message_id, role=Message.Role.ASSISTANT, conversation__owner=self.user
-        ).afirst()
+        reply = (
+            await Message.objects.filter(pk=message_id, role=Message.Role.ASSISTANT, conversation__owner=self.user)
+            .select_related("worker")
+            .afirst()
+        )
         if reply is None:
             raise ChatError("not_found", "No such message.")
         return reply
@@ -291,12 +319,12 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
     async def chat_delta(self, event: dict) -> None:
         if event["message"] in self.attaching:
             seen = self.attaching[event["message"]]
-            if seen is None or event["seq"] <= seen:
-                return  # the snapshot carries it
+            if seen is None or seen == FROM_DATABASE or event["seq"] <= seen:
+                return  # the snapshot carries it (or the owner's snapshot will)
         await self.send(text_data=event["text"])
 
     async def chat_snapshot(self, event: dict) -> None:
-        if event["message"] in self.attaching and self.attaching[event["message"]] is None:
+        if event["message"] in self.attaching and self.attaching[event["message"]] in (None, FROM_DATABASE):
             self.attaching[event["message"]] = event["seq"]
             await self.send(text_data=event["text"])
             for text in event.get("parts", ()):  # a long reply's snapshot, frame by frame
@@ -304,8 +332,8 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
 
     async def chat_done(self, event: dict) -> None:
         message_id = event["message"]
-        if message_id in self.attaching and self.attaching.pop(message_id) is None:
-            # The stream ended before its snapshot reached us: the saved text is final.
+        if message_id in self.attaching and self.attaching.pop(message_id) in (None, FROM_DATABASE):
+            # The stream ended before the owner's snapshot reached us: the saved text is final.
             reply = await Message.objects.aget(pk=message_id)
             for text in snapshot_frames(
                 reply.conversation_id, reply.pk, reply.content, reply.reasoning, reply.status, reply.model, None

@@ -1,10 +1,21 @@
 """Generation tasks: one upstream stream per assistant reply, independent of any websocket.
 
 A task reads the upstream, coalesces deltas for at most CHAT_COALESCE_MS before one
-channel-layer message carries them to the sockets watching the conversation, saves
-the text at least every CHAT_SAVE_INTERVAL seconds, and listens on a channel of
-its own for `stop` and `snapshot` requests, so that a socket on another process
-(Redis channel layer) can stop it or attach to it.
+channel-layer message carries them to the sockets watching the conversation, and
+saves the text every CHAT_SAVE_INTERVAL seconds. A failed save is retried with
+backoff while the stream goes on (the text stays in memory); the final save is
+retried for up to CHAT_FINAL_SAVE_SECONDS, and `done` goes out only once it landed.
+
+Each serving process has one Worker row (a lease, renewed every CHAT_LEASE_SECONDS/4
+by a loop of its own) and ONE control listener on a process-wide channel, started
+once and never cancelled while the process serves: every streaming row records its
+worker, so a socket on any process sends `stop` and `snapshot` requests to the
+owner's channel with the message id, and the listener routes them to the running
+stream. A per-stream listener cancelled at the end of each stream would, on
+channels-redis, drop whatever message its BZPOPMIN had just popped (channels-redis
+#151, #165); chat/layers.py also makes every receive cancel-safe. With several
+processes (REDIS_URL), each one sweeps for streams whose worker's lease expired,
+marks them interrupted with estimated usage and tells their watchers with `done`.
 """
 
 from __future__ import annotations
@@ -23,32 +34,29 @@ from django.db import transaction
 from django.utils import timezone
 
 from . import limits, upstream
-from .models import Conversation, Message, Provider, Turn, Usage, client, fit, stream_state, timeouts
+from .models import Conversation, Message, Provider, Turn, Usage, Worker, client, fit, stream_state, timeouts
 
 log = logging.getLogger(__name__)
 
 
+def lease() -> timedelta:
+    """A worker whose heartbeat is older than this is dead; its streams are orphans."""
+    return timedelta(seconds=settings.CHAT_LEASE_SECONDS)
+
+
 def orphan_after() -> timedelta:
-    """A streaming message whose last save is older than this belongs to a dead process."""
-    return timedelta(seconds=settings.CHAT_ORPHAN_AFTER)
-
-
-def heartbeat_every() -> float:
-    """While the text does not change, a save is still made this often, well inside orphan_after()."""
-    return settings.CHAT_ORPHAN_AFTER / 6
+    """Kept for callers of the old name: streams are now orphaned by their worker's lease."""
+    return lease()
 
 
 _tasks: set[asyncio.Task] = set()
+# message id -> the generation streaming it in this process
+_running: dict[int, Generation] = {}
 
 
 def conversation_group(conversation_id: int) -> str:
     """The sockets watching a conversation."""
     return f"chat.conversation.{conversation_id}"
-
-
-def control_group(conversation_id: int) -> str:
-    """The generation task running in a conversation (at most one)."""
-    return f"chat.generation.{conversation_id}"
 
 
 def frame(**fields: Any) -> str:
@@ -160,7 +168,8 @@ class Job:
 
 def start(job: Job) -> asyncio.Task:
     """Run a generation in a task of its own; it outlives the socket that asked for it."""
-    task = asyncio.create_task(Generation(job).run(), name=f"generation-{job.message_id}")
+    generation = _running[job.message_id] = Generation(job)  # before any control request can arrive
+    task = asyncio.create_task(generation.run(), name=f"generation-{job.message_id}")
     _tasks.add(task)
     task.add_done_callback(_tasks.discard)
     return task
@@ -190,8 +199,14 @@ class Generation:
 
     async def run(self) -> None:
         job = self.job
-        control = await self.layer.new_channel()
-        await self.layer.group_add(control_group(job.conversation_id), control)
+        _running[job.message_id] = self
+        try:
+            await self._run()
+        finally:
+            _running.pop(job.message_id, None)
+
+    async def _run(self) -> None:
+        job = self.job
         await self.layer.group_send(
             self.group,
             {
@@ -209,7 +224,6 @@ class Generation:
             },
         )
         helpers = [
-            asyncio.create_task(self._listen(control)),
             asyncio.create_task(self._flush_loop()),
             asyncio.create_task(self._save_loop()),
         ]
@@ -242,7 +256,6 @@ class Generation:
                     helper.cancel()
             await asyncio.gather(*helpers, return_exceptions=True)
             await self._finish(status, error)
-            await self.layer.group_discard(control_group(job.conversation_id), control)
         if cancelled:
             raise asyncio.CancelledError
 
@@ -308,46 +321,52 @@ class Generation:
                 {"type": "chat.delta", "message": self.job.message_id, "seq": self.seq, "text": frame(**fields)},
             )
 
-    async def _listen(self, control: str) -> None:
-        while True:
-            request = await self.layer.receive(control)
-            if request.get("message") not in (None, self.job.message_id):
-                continue
-            if request["type"] == "generation.stop":
-                self.stop()
-            elif request["type"] == "generation.snapshot":
-                async with self._lock:
-                    await self._flush()
-                    first, *parts = snapshot_frames(
-                        self.job.conversation_id,
-                        self.job.message_id,
-                        self.state.text,
-                        self.state.reasoning_text,
-                        Message.Status.STREAMING,
-                        self.job.model,
-                        self.seq,
-                    )
-                    await self.layer.send(
-                        request["reply_to"],
-                        # `parts`: the snapshot's continuation frames, sent right after `text`.
-                        {"type": "chat.snapshot", "message": self.job.message_id, "seq": self.seq, "text": first,
-                         "parts": parts},
-                    )  # fmt: skip
+    async def handle(self, request: dict) -> None:
+        """A control request from a socket on any process: stop, or a snapshot for an attaching socket."""
+        if request["type"] == "generation.stop":
+            self.stop()
+        elif request["type"] == "generation.snapshot":
+            async with self._lock:
+                await self._flush()
+                first, *parts = snapshot_frames(
+                    self.job.conversation_id,
+                    self.job.message_id,
+                    self.state.text,
+                    self.state.reasoning_text,
+                    Message.Status.STREAMING,
+                    self.job.model,
+                    self.seq,
+                )
+                await self.layer.send(
+                    request["reply_to"],
+                    # `parts`: the snapshot's continuation frames, sent right after `text`.
+                    {"type": "chat.snapshot", "message": self.job.message_id, "seq": self.seq, "text": first,
+                     "parts": parts},
+                )  # fmt: skip
 
     # --- to the database ------------------------------------------------------
 
     async def _save_loop(self) -> None:
-        """Save the growing text every interval, and a heartbeat while it does not grow."""
-        loop = asyncio.get_running_loop()
-        last_save, saved_pieces = loop.time(), 0
+        """Save the growing text every interval; on a database error retry with backoff, never give up."""
+        job, interval = self.job, settings.CHAT_SAVE_INTERVAL
+        saved_pieces, failures = 0, 0
         while True:
-            await asyncio.sleep(settings.CHAT_SAVE_INTERVAL)
+            await asyncio.sleep(interval if not failures else min(interval * 2**failures, 10.0))
             # Pieces are only ever appended (and never empty): a new count means new text.
             pieces = len(self.state.content) + len(self.state.reasoning)
-            if pieces == saved_pieces and loop.time() - last_save < heartbeat_every():
+            if pieces == saved_pieces:
                 continue
-            await database_sync_to_async(self._save_partial)(self.state.text, self.state.reasoning_text)
-            last_save, saved_pieces = loop.time(), pieces
+            try:
+                await database_sync_to_async(self._save_partial)(self.state.text, self.state.reasoning_text)
+            except Exception as exc:
+                failures += 1
+                if failures == 1:
+                    log.warning("generation %s: cannot save the partial answer (%s); retrying", job.message_id, exc)
+                continue
+            if failures:
+                log.warning("generation %s: partial answer saved again after %d failure(s)", job.message_id, failures)
+                failures = 0
+            saved_pieces = pieces
 
     def _save_partial(self, content: str, reasoning: str) -> None:
         Message.objects.filter(pk=self.job.message_id, status=Message.Status.STREAMING).update(
@@ -355,17 +374,69 @@ class Generation:
         )
 
     async def _finish(self, status: str, error: str) -> None:
-        """Keep the text and the usage whatever the ending, then tell the sockets."""
+        """Store the text and the usage whatever the ending, then tell the sockets."""
         job, state = self.job, self.state
         usage = state.metering(job.prompt_chars, asyncio.get_running_loop().time())
         async with self._lock:
             await self._flush()
-        try:
-            await database_sync_to_async(self._save_final)(status, error, usage)
-        except Exception:
-            log.exception("generation %s: could not save the final state", job.message_id)
+        if not await self._store_final(status, error, usage):
+            # The answer is not stored: the socket must not be told it is.
+            status, error = Message.Status.INTERRUPTED, UNSAVED_ERROR
         frame_usage = {**usage, "cost": float(usage["cost"]) if usage["cost"] is not None else None}
         await send_done(job.conversation_id, job.message_id, status, state.finish_reason, frame_usage, error)
+
+    async def _store_final(self, status: str, error: str, usage: dict[str, Any]) -> bool:
+        """The final save, retried with backoff for CHAT_FINAL_SAVE_SECONDS; False if it never landed."""
+        job, loop = self.job, asyncio.get_running_loop()
+        deadline = loop.time() + settings.CHAT_FINAL_SAVE_SECONDS
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                await database_sync_to_async(self._save_final)(status, error, usage)
+            except asyncio.CancelledError:
+                # The process is exiting mid-save (which may still land in its thread): say so loudly.
+                log.error(
+                    "generation %s: exiting before the final save landed; %d characters may be lost",
+                    job.message_id,
+                    len(self.state.text),
+                )
+                raise
+            except Exception as exc:
+                left = deadline - loop.time()
+                if left <= 0:
+                    log.error(
+                        "generation %s: final save failed %d times, giving up (%s); the stored text is the "
+                        "last partial save, %d characters are lost",
+                        job.message_id,
+                        attempt,
+                        exc,
+                        len(self.state.text),
+                    )
+                    return False
+                log.warning("generation %s: final save failed (attempt %d: %s); retrying", job.message_id, attempt, exc)
+                try:
+                    await asyncio.sleep(min(0.25 * 2**attempt, 10.0, left))
+                except asyncio.CancelledError:
+                    await self._last_try(status, error, usage)
+                    raise
+                continue
+            if attempt > 1:
+                log.warning("generation %s: final save landed after %d attempts", job.message_id, attempt)
+            return True
+
+    async def _last_try(self, status: str, error: str, usage: dict[str, Any]) -> None:
+        """One more final save while the process exits; logs loudly when even that fails."""
+        try:
+            await database_sync_to_async(self._save_final)(status, error, usage)
+            log.warning("generation %s: final save landed while the process was exiting", self.job.message_id)
+        except BaseException as exc:
+            log.error(
+                "generation %s: the process is exiting and the final save failed (%r); %d characters are lost",
+                self.job.message_id,
+                exc,
+                len(self.state.text),
+            )
 
     def _save_final(self, status: str, error: str, usage: dict[str, Any]) -> None:
         job, state = self.job, self.state
@@ -383,6 +454,9 @@ class Generation:
             # The done frame shows the cost computed from the price table too.
             usage["cost"] = Usage.settle(job.usage_id, Usage.ending(state, status, error, usage))["cost"]
             Conversation.objects.filter(pk=job.conversation_id).update(updated=now)
+
+
+UNSAVED_ERROR = "The answer could not be saved: the database was unavailable for too long."
 
 
 def _describe(exc: upstream.UpstreamError) -> str:
@@ -423,24 +497,175 @@ async def announce_recovered(messages: list[Message]) -> None:
         )
 
 
-async def sweep_orphans_forever() -> None:
-    """With several processes, one may die mid-stream: its messages stop getting saved."""
-    while True:
-        await asyncio.sleep(settings.CHAT_ORPHAN_AFTER / 3)
-        try:
-            recovered = await database_sync_to_async(Message.objects.recover_orphans)(orphan_after())
-            await announce_recovered(recovered)
-        except Exception:
-            log.exception("orphan sweep failed")
+# --- the process: its lease, its control listener, its sweep -------------------
 
 
-_sweepers: dict[asyncio.AbstractEventLoop, asyncio.Task] = {}
+@dataclass
+class Process:
+    """What this serving process runs beside its streams, per event loop."""
+
+    loop: asyncio.AbstractEventLoop
+    worker_id: int
+    channel: str
+    # loop time since which every lease renewal succeeded (None: the last one failed)
+    renewed_since: float | None
+    tasks: list[asyncio.Task]
+
+
+_process: Process | None = None
+_starting: dict[asyncio.AbstractEventLoop, asyncio.Future] = {}
+
+
+async def ensure_started() -> Process | None:
+    """Register this process's lease and start its control listener (and, with Redis, lease and sweep) once."""
+    loop = asyncio.get_running_loop()
+    if _process is not None and _process.loop is loop:
+        return _process
+    starting = _starting.get(loop)
+    if starting is None:
+        starting = _starting[loop] = loop.create_task(_start(loop))
+        starting.add_done_callback(lambda _: _starting.pop(loop, None))
+    return await asyncio.shield(starting)
+
+
+async def _start(loop: asyncio.AbstractEventLoop) -> Process | None:
+    global _process
+    channel = await get_channel_layer().new_channel()
+    try:
+        worker = await database_sync_to_async(Worker.register)(channel)
+    except Exception as exc:
+        log.error("cannot register this process's lease (%s); will try again with the next socket", exc)
+        return None
+    process = Process(loop, worker.pk, channel, loop.time(), [])
+    process.tasks.append(loop.create_task(_listen_forever(channel), name="control-listener"))
+    if settings.REDIS_URL:  # other processes may own streams: keep our lease, sweep theirs
+        process.tasks.append(loop.create_task(_renew_forever(process), name="lease"))
+        process.tasks.append(loop.create_task(_sweep_forever(process), name="orphan-sweeper"))
+    _process = process
+    return process
 
 
 def ensure_sweeper() -> None:
-    """Start this loop's orphan sweeper once (only needed when processes share a channel layer)."""
-    if not settings.REDIS_URL:
-        return
+    """Kept for callers of the old name: start this process's machinery in the background."""
     loop = asyncio.get_running_loop()
-    if loop not in _sweepers:
-        _sweepers[loop] = loop.create_task(sweep_orphans_forever(), name="orphan-sweeper")
+    if _process is None or _process.loop is not loop:
+        task = loop.create_task(ensure_started())
+        _tasks.add(task)
+        task.add_done_callback(_tasks.discard)
+
+
+def worker_id() -> int | None:
+    """This process's worker id on the running loop (None before ensure_started)."""
+    if _process is not None and _process.loop is asyncio.get_running_loop():
+        return _process.worker_id
+    return None
+
+
+async def _listen_forever(channel: str) -> None:
+    """The process's control listener: never cancelled while it serves, survives layer errors."""
+    layer = get_channel_layer()
+    failures = 0
+    while True:
+        try:
+            request = await layer.receive(channel)
+        except Exception as exc:
+            failures += 1
+            if failures == 1:
+                log.warning("control listener: cannot receive (%s); retrying", exc)
+            await asyncio.sleep(min(0.2 * 2**failures, 5.0))
+            continue
+        if failures:
+            log.warning("control listener: receiving again after %d failure(s)", failures)
+            failures = 0
+        generation = _running.get(request.get("message"))
+        if generation is None:
+            continue  # it ended; its `done` reaches the sockets through the conversation group
+        task = asyncio.create_task(_handle(generation, request))
+        _tasks.add(task)
+        task.add_done_callback(_tasks.discard)
+
+
+async def _handle(generation: Generation, request: dict) -> None:
+    try:
+        await generation.handle(request)
+    except Exception:
+        log.exception("generation %s: control request %s failed", generation.job.message_id, request.get("type"))
+
+
+def control_request(kind: str, message_id: int, **fields: Any) -> dict:
+    """A `stop` or `snapshot` request for the process streaming message_id."""
+    return {"type": f"generation.{kind}", "message": message_id, **fields}
+
+
+async def send_control(reply: Message, kind: str, **fields: Any) -> bool:
+    """Send a control request to the process streaming `reply` (worker loaded); False when it is dead.
+
+    A reply whose process is dead is marked interrupted here and now, and its
+    watchers get `done`: nobody is left to answer.
+    """
+    local = _running.get(reply.pk)
+    if local is not None:  # streamed here: no need to go through the layer
+        task = asyncio.create_task(_handle(local, control_request(kind, reply.pk, **fields)))
+        _tasks.add(task)
+        task.add_done_callback(_tasks.discard)
+        return True
+    worker = reply.worker
+    if worker is not None and worker.is_alive(lease()):
+        process = _process if _process is not None and _process.loop is asyncio.get_running_loop() else None
+        if process is None or worker.pk != process.worker_id:
+            await get_channel_layer().send(worker.channel, control_request(kind, reply.pk, **fields))
+            return True
+        # our own lease, but no such stream here: it has just ended, its `done` is on its way
+        return True
+    if worker is None and settings.REDIS_URL:
+        return True  # a process that could not register its lease: nobody to ask, the sweep cannot tell
+    stale_after = lease() if worker is not None else None  # without Redis, one process: ours
+    recovered = await database_sync_to_async(Message.objects.recover_orphans)(stale_after, only=reply.pk)
+    await announce_recovered(recovered)
+    return False
+
+
+async def _renew_forever(process: Process) -> None:
+    """Renew this process's lease every CHAT_LEASE_SECONDS/4, in a thread of its own so saves never delay it."""
+    renew = database_sync_to_async(Worker.renew, thread_sensitive=False)
+    loop, failures = asyncio.get_running_loop(), 0
+    while True:
+        await asyncio.sleep(settings.CHAT_LEASE_SECONDS / 4)
+        try:
+            if not await renew(process.worker_id, process.channel):
+                log.error("this process's lease row %s had vanished; written again", process.worker_id)
+        except Exception as exc:
+            failures += 1
+            process.renewed_since = None
+            if failures == 1:
+                log.warning("cannot renew this process's lease (%s); retrying", exc)
+            continue
+        if failures:
+            log.warning("lease renewed again after %d failure(s)", failures)
+            failures = 0
+        if process.renewed_since is None:
+            process.renewed_since = loop.time()
+
+
+async def _sweep_forever(process: Process) -> None:
+    """End the streams of processes whose lease expired, and tell their watchers."""
+    sweep = database_sync_to_async(Message.objects.recover_orphans, thread_sensitive=False)
+    loop, failures = asyncio.get_running_loop(), 0
+    while True:
+        await asyncio.sleep(settings.CHAT_LEASE_SECONDS / 4)
+        # After an outage every lease looks expired: give the others one lease to renew theirs first.
+        if process.renewed_since is None or loop.time() - process.renewed_since < settings.CHAT_LEASE_SECONDS:
+            continue
+        try:
+            recovered = await sweep(lease())
+            if recovered:
+                log.warning("marked %d stream(s) of a dead process as interrupted", len(recovered))
+            await announce_recovered(recovered)
+        except Exception as exc:
+            failures += 1
+            if failures == 1:
+                log.warning("orphan sweep failed (%s); retrying", exc)
+            continue
+        if failures:
+            log.warning("orphan sweep works again after %d failure(s)", failures)
+            failures = 0

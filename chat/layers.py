@@ -1,4 +1,4 @@
-"""The default channel layer for one process: Channels' in-memory layer, made cheap per message.
+"""Channel layers: Channels' in-memory one made cheap per message, and channels-redis made lossless.
 
 channels.layers.InMemoryChannelLayer scans every channel and group for expired
 messages on each receive and group_send, and sends to a group through one task
@@ -6,17 +6,23 @@ and one deepcopy per member. With a few hundred open sockets that is quadratic
 work on every delta (measured with bench/server_bench.py). This subclass keeps
 its semantics but expires at most once a second and sends to a group inline.
 Messages still get a shallow copy: ours hold only strings and numbers.
+(RedisChannelLayer below says what it changes in channels-redis.)
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
+from dataclasses import dataclass, field
 
+import channels_redis.core
 from channels.exceptions import ChannelFull
 from channels.layers import InMemoryChannelLayer
 
 CLEAN_EVERY = 1.0
+
+log = logging.getLogger(__name__)
 
 
 class LocalChannelLayer(InMemoryChannelLayer):
@@ -53,3 +59,116 @@ class LocalChannelLayer(InMemoryChannelLayer):
                 self._put(channel, message)
             except ChannelFull:
                 pass  # as Channels does: a full socket misses the message, the others get it
+
+
+class RedisChannelLayer(channels_redis.core.RedisChannelLayer):
+    """channels-redis with one never-cancelled reader per process, and groups kept alive while used.
+
+    In channels-redis, whichever receive() holds the process's receive lock runs the
+    BZPOPMIN for every local channel; cancelling it after Redis popped a message but
+    before the reply was read drops that message, whoever it was for (channels-redis
+    #151, #165). Channels cancels a socket's receive() whenever the socket closes, so
+    any closing tab could lose another tab's delta or `done`. Here one reader task per
+    process does every BZPOPMIN and is never cancelled; receive() on a local channel
+    only waits on an in-process queue, which a cancel cannot lose. A Redis error stops
+    nobody: the reader logs it and retries with backoff, and sockets simply wait.
+
+    group_expiry is short so a crashed process's memberships vanish within minutes;
+    the keeper re-adds this process's live memberships well before they expire.
+    """
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._inboxes: dict[str, _Inbox] = {}
+        self._memberships: dict[str, set[str]] = {}  # local channel -> its groups
+        self._reader: asyncio.Task | None = None
+        self._keeper: asyncio.Task | None = None
+
+    async def receive(self, channel: str) -> dict:
+        if "!" not in channel:
+            return await super().receive(channel)
+        self._ensure_tasks()
+        inbox = self._inbox(channel)
+        inbox.waiters += 1
+        try:
+            return await inbox.queue.get()
+        finally:
+            inbox.waiters -= 1
+            inbox.touched = time.monotonic()
+
+    async def new_channel(self, prefix: str = "specific") -> str:
+        name = await super().new_channel(prefix)
+        self._inbox(name)
+        return name
+
+    async def group_add(self, group: str, channel: str) -> None:
+        await super().group_add(group, channel)
+        if "!" in channel:
+            self._memberships.setdefault(channel, set()).add(group)
+
+    async def group_discard(self, group: str, channel: str) -> None:
+        groups = self._memberships.get(channel)
+        if groups is not None:
+            groups.discard(group)
+            if not groups:
+                del self._memberships[channel]
+        await super().group_discard(group, channel)
+
+    def _inbox(self, channel: str) -> _Inbox:
+        inbox = self._inboxes.get(channel)
+        if inbox is None:
+            inbox = self._inboxes[channel] = _Inbox(channels_redis.core.BoundedQueue(self.capacity))
+        return inbox
+
+    def _ensure_tasks(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self._reader is None or self._reader.done() or self._reader.get_loop() is not loop:
+            self._reader = loop.create_task(self._read_forever(), name="channel-layer-reader")
+            self._keeper = loop.create_task(self._keep_forever(), name="channel-layer-keeper")
+
+    async def _read_forever(self) -> None:
+        """Every message for this process's channels, into their inboxes; survives Redis errors."""
+        local = f"specific.{self.client_prefix}!"
+        failures = 0
+        while True:
+            try:
+                target, message = await self.receive_single(local)
+            except Exception as exc:
+                failures += 1
+                if failures == 1:
+                    log.warning("channel layer: cannot read from Redis (%s); retrying", _describe(exc))
+                await asyncio.sleep(min(0.2 * 2**failures, 5.0))
+                continue
+            if failures:
+                log.warning("channel layer: reading from Redis again after %d failed attempt(s)", failures)
+                failures = 0
+            for name in target if isinstance(target, list) else [target]:
+                self._inbox(name).queue.put_nowait(message)
+
+    async def _keep_forever(self) -> None:
+        """Drop inboxes nobody reads any more; renew the group memberships of the live ones."""
+        every = max(1.0, min(self.group_expiry / 4, 30.0))
+        while True:
+            await asyncio.sleep(every)
+            now = time.monotonic()
+            for name, inbox in list(self._inboxes.items()):
+                if inbox.waiters == 0 and now - inbox.touched > self.expiry:
+                    del self._inboxes[name]
+                    self._memberships.pop(name, None)
+            try:
+                for channel, groups in list(self._memberships.items()):
+                    for group in list(groups):
+                        await super().group_add(group, channel)
+            except Exception as exc:
+                log.warning("channel layer: cannot renew group memberships (%s); retrying", _describe(exc))
+
+
+@dataclass
+class _Inbox:
+    queue: asyncio.Queue
+    waiters: int = 0
+    touched: float = field(default_factory=time.monotonic)
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

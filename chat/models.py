@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import os
 import secrets
+import socket
 import time
 from dataclasses import dataclass
 from datetime import timedelta
@@ -280,25 +282,92 @@ class Conversation(models.Model):
         return history
 
 
+# --- workers: one lease per serving process ----------------------------------
+
+INTERRUPTED_ERROR = "The server stopped while this answer was streaming."
+
+# The id of this process's Worker row once it is registered (generation.ensure_started).
+_current_worker: int | None = None
+
+
+class WorkerQuerySet(models.QuerySet):
+    def dead(self, lease: timedelta):
+        """Workers whose lease has not been renewed for `lease`: their process is gone."""
+        return self.filter(heartbeat__lt=timezone.now() - lease)
+
+
+class Worker(models.Model):
+    """A serving process. It renews its heartbeat every few seconds; an expired one is dead.
+
+    Streams record their worker, so any process can address the owner's control
+    channel, and the sweep ends only the streams whose owner is dead.
+    """
+
+    host = models.CharField(max_length=255)
+    pid = models.PositiveIntegerField()
+    channel = models.CharField(max_length=255, help_text="Its control channel on the channel layer.")
+    started = models.DateTimeField(default=timezone.now)
+    heartbeat = models.DateTimeField(default=timezone.now, db_index=True)
+
+    objects = WorkerQuerySet.as_manager()
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.pid}"
+
+    @classmethod
+    def register(cls, channel: str) -> Worker:
+        """This process's lease row; also remembered as current_id()."""
+        global _current_worker
+        worker = cls.objects.create(host=socket.gethostname()[:255], pid=os.getpid(), channel=channel)
+        _current_worker = worker.pk
+        return worker
+
+    @staticmethod
+    def current_id() -> int | None:
+        """This process's worker id (None before it is registered): stamp it on every streaming row."""
+        return _current_worker
+
+    @classmethod
+    def renew(cls, pk: int, channel: str) -> bool:
+        """Extend the lease; if its row has vanished, write it again (False then)."""
+        if cls.objects.filter(pk=pk).update(heartbeat=timezone.now()):
+            return True
+        cls.objects.create(pk=pk, host=socket.gethostname()[:255], pid=os.getpid(), channel=channel)
+        return False
+
+    def is_alive(self, lease: timedelta) -> bool:
+        return self.heartbeat >= timezone.now() - lease
+
+
 class MessageQuerySet(models.QuerySet):
     def streaming(self):
         return self.filter(status=Message.Status.STREAMING)
 
-    def recover_orphans(self, stale_after: timedelta | None = None) -> list[Message]:
-        """Mark streams left `streaming` by a dead process as interrupted, with estimated usage.
+    def recover_orphans(self, lease: timedelta | None = None, *, only: int | None = None) -> list[Message]:
+        """Mark streams whose owning process is dead as interrupted, with estimated usage.
 
-        stale_after=None takes every streaming message (one process, just started);
-        otherwise only those whose last save is older, as the live writers save every second.
+        A stream is orphaned when its worker's lease is older than `lease`; lease=None
+        takes every stream not owned by this process (one process, just started), with
+        or without a worker. This process's own streams are never touched: it is alive.
+        API usage rows (no message) of dead workers are closed the same way.
+        `only` limits the sweep to one message (attach/stop to a stream whose owner is gone).
         """
         now = timezone.now()
+        mine = Worker.current_id()
+        if lease is None:
+            dead = ~Q(worker=mine) | Q(worker__isnull=True) if mine is not None else Q()
+        else:
+            # A row without a worker predates leases or comes from a process that did not
+            # register: only a lone process at start-up (lease=None) may take it as dead.
+            dead = Q(worker__heartbeat__lt=now - lease) & ~Q(worker=mine)
         with transaction.atomic():
-            orphans = self.streaming().select_related("conversation")
-            if stale_after is not None:
-                orphans = orphans.filter(updated__lt=now - stale_after)
-            orphans = list(orphans.select_for_update())
+            orphans = self.streaming().filter(dead)
+            if only is not None:
+                orphans = orphans.filter(pk=only)
+            orphans = list(orphans.select_for_update(of=("self",)))
             for message in orphans:
                 message.status = Message.Status.INTERRUPTED
-                message.error = "The server stopped while this answer was streaming."
+                message.error = INTERRUPTED_ERROR
                 message.updated = now
                 message.save(update_fields=["status", "error", "updated"])
                 completion = upstream.estimate_tokens(len(message.content) + len(message.reasoning))
@@ -311,7 +380,12 @@ class MessageQuerySet(models.QuerySet):
                     ended=now,
                     error=message.error,
                 )
-        # The swept rows (chat and, where the sweep closes them, API) get the price table's cost.
+            if only is None:
+                # API streams keep no text: their usage is closed with what the row has.
+                Usage.objects.filter(dead, message__isnull=True, status=Message.Status.STREAMING).update(
+                    status=Message.Status.INTERRUPTED, estimated=True, ended=now, error=INTERRUPTED_ERROR
+                )
+        # The swept rows (chat and API) get the price table's cost, like any final save.
         price_unpriced(Usage.objects.filter(status=Message.Status.INTERRUPTED, ended=now, cost__isnull=True))
         return orphans
 
@@ -341,7 +415,17 @@ class Message(models.Model):
     error = models.TextField(blank=True)
     model = models.CharField(max_length=300, blank=True)
     created = models.DateTimeField(auto_now_add=True)
-    updated = models.DateTimeField(default=timezone.now, help_text="Last save; a heartbeat while streaming.")
+    updated = models.DateTimeField(default=timezone.now, help_text="Last save of the text.")
+    # No database constraint: a lease row that vanished (a flushed table, a hand cleanup) must
+    # not stop a stream from being stored; such a stream simply has no live owner.
+    worker = models.ForeignKey(
+        Worker,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        db_constraint=False,
+        help_text="The process streaming it.",
+    )
 
     objects = MessageQuerySet.as_manager()
 
@@ -370,6 +454,7 @@ def begin_turn(
     content: str | None = None,
     edit: int | None = None,
     system_prompt: str | None = None,
+    worker_id: int | None = None,
 ) -> Turn:
     """Store the user's message (new, edited, or the last one again) and an empty streaming reply.
 
@@ -378,19 +463,20 @@ def begin_turn(
     Refused while a reply streams in the conversation: one stream per conversation,
     and over the user's limits (chat/limits.py) or budget (chat/budgets.py), before anything
     is stored; a refusal over budget leaves a `refused` usage row.
+    worker_id: the process that will stream the reply (its lease keeps the reply alive).
     """
     from . import limits
     from .budgets import BudgetExceeded, refuse
 
     try:
-        return _begin_turn(user, entry, params, conversation_id, content, edit, system_prompt, limits)
+        return _begin_turn(user, entry, params, conversation_id, content, edit, system_prompt, worker_id, limits)
     except BudgetExceeded as exc:
         refuse(user, source=Usage.Source.CHAT, provider_id=entry.provider.pk, model=entry.model,
                prompt_tokens=exc.prompt_tokens, detail=exc.detail)  # fmt: skip
         raise ChatError(exc.code, exc.detail) from None
 
 
-def _begin_turn(user, entry, params, conversation_id, content, edit, system_prompt, limits) -> Turn:
+def _begin_turn(user, entry, params, conversation_id, content, edit, system_prompt, worker_id, limits) -> Turn:
     from .budgets import BudgetExceeded, reserve
 
     with transaction.atomic():
@@ -436,7 +522,11 @@ def _begin_turn(user, entry, params, conversation_id, content, edit, system_prom
             exc.prompt_tokens = prompt_tokens
             raise
         reply = conversation.messages.create(
-            role=Message.Role.ASSISTANT, status=Message.Status.STREAMING, model=entry.model, updated=now
+            role=Message.Role.ASSISTANT,
+            status=Message.Status.STREAMING,
+            model=entry.model,
+            updated=now,
+            worker_id=worker_id,
         )
         usage = Usage.objects.create(
             user=user,
@@ -447,6 +537,7 @@ def _begin_turn(user, entry, params, conversation_id, content, edit, system_prom
             prompt_tokens=prompt_tokens,
             reserved_usd=reservation.usd,
             reserved_tokens=reservation.tokens,
+            worker_id=worker_id,
         )
     return Turn(conversation, user_message, reply, usage, history)
 
@@ -566,6 +657,16 @@ class Usage(models.Model):
     # A running stream's worst case, counted against the budget while status is `streaming`.
     reserved_usd = models.DecimalField("reserved (USD)", max_digits=14, decimal_places=8, null=True, blank=True)
     reserved_tokens = models.PositiveIntegerField(default=0)
+    # No database constraint: a lease row that vanished (a flushed table, a hand cleanup) must
+    # not stop a stream from being stored; such a stream simply has no live owner.
+    worker = models.ForeignKey(
+        Worker,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        db_constraint=False,
+        help_text="The process streaming it.",
+    )
 
     objects = UsageQuerySet.as_manager()
 

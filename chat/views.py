@@ -17,7 +17,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from . import budgets, params
 from .consumers import parse_params, parse_system_prompt
-from .generation import control_group
+from .generation import control_request
 from .models import ApiToken, ChatError, Conversation, Message, Provider
 
 MAX_TITLE = 200
@@ -121,12 +121,10 @@ def conversation(request, conversation_id: int):
     if found is None:
         raise ChatError("not_found", "No such conversation.")
     if request.method == "DELETE":
-        streaming = list(found.messages.streaming().values_list("pk", flat=True))
+        streaming = list(found.messages.streaming().filter(worker__isnull=False).values_list("pk", "worker__channel"))
         found.delete()
-        for message_id in streaming:  # its generation stops and finds nothing left to save
-            async_to_sync(get_channel_layer().group_send)(
-                control_group(conversation_id), {"type": "generation.stop", "message": message_id}
-            )
+        for message_id, channel in streaming:  # its generation stops and finds nothing left to save
+            async_to_sync(get_channel_layer().send)(channel, control_request("stop", message_id))
         return HttpResponse(status=204)
     if request.method == "PATCH":
         update(found, json_body(request))

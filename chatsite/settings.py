@@ -129,11 +129,35 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
 REDIS_URL = env("REDIS_URL")
 # Every key this install writes in Redis starts with this, so installs (and test runs) can share a server.
 REDIS_PREFIX = env("REDIS_PREFIX", "chat")
+# Group memberships of a crashed process expire after this; live ones are renewed (chat/layers.py).
+REDIS_GROUP_EXPIRY = env_number("REDIS_GROUP_EXPIRY", 300)
 if REDIS_URL:
+    from redis.asyncio.retry import Retry
+    from redis.backoff import ExponentialBackoff
+
     CHANNEL_LAYERS = {
         "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL], "prefix": REDIS_PREFIX, "capacity": 1000, "expiry": 60},
+            "BACKEND": "chat.layers.RedisChannelLayer",
+            "CONFIG": {
+                "hosts": [
+                    {
+                        "address": REDIS_URL,
+                        # redis-py 8 defaults to a 5 s socket timeout, the same as channels-redis's
+                        # blocking BZPOPMIN: an idle read then timed out. Reads may block 5 s, so 15.
+                        "socket_timeout": 15,
+                        "socket_connect_timeout": 5,
+                        "socket_keepalive": True,
+                        # a connection idle this long is PINGed before use, so a dead one is replaced
+                        "health_check_interval": 10,
+                        # ...and a broken one (Redis restarted) is reconnected instead of failing a socket
+                        "retry": Retry(ExponentialBackoff(cap=1.0, base=0.05), 3),
+                    }
+                ],
+                "prefix": REDIS_PREFIX,
+                "capacity": 1000,
+                "expiry": 60,
+                "group_expiry": REDIS_GROUP_EXPIRY,
+            },
         }
     }
 else:
@@ -234,9 +258,11 @@ CHAT_MAX_CONTENT_BYTES = env_number("CHAT_MAX_CONTENT_BYTES", 100_000)
 # Deltas are coalesced for this long before one channel-layer message carries them.
 CHAT_COALESCE_MS = env_number("CHAT_COALESCE_MS", 30)
 CHAT_SAVE_INTERVAL = env_number("CHAT_SAVE_INTERVAL", 1.0, float)
-# With several processes (REDIS_URL), a reply not saved for this long is taken as
-# orphaned by a dead process and marked interrupted; each process sweeps for them.
-CHAT_ORPHAN_AFTER = env_number("CHAT_ORPHAN_AFTER", 60.0, float)
+# Every serving process renews a lease row every CHAT_LEASE_SECONDS / 4; a process whose
+# lease is older than this is dead, and the others mark its streams interrupted.
+CHAT_LEASE_SECONDS = env_number("CHAT_LEASE_SECONDS", 6.0, float)
+# How long a finished answer's final save is retried (with backoff) before giving up.
+CHAT_FINAL_SAVE_SECONDS = env_number("CHAT_FINAL_SAVE_SECONDS", 120.0, float)
 # The OpenAI-compatible API (/v1/): a comment line this often while the upstream is silent,
 # and whether API requests are also kept as conversations (off: only usage is recorded).
 API_HEARTBEAT_SECONDS = env_number("API_HEARTBEAT_SECONDS", 15.0, float)
@@ -292,6 +318,8 @@ AXES_LOCKOUT_CALLABLE = "chat.accounts.lockout_response"
 AXES_CLIENT_IP_CALLABLE = "chat.accounts.client_ip"
 AXES_VERBOSE = False
 
+if CHAT_LEASE_SECONDS < 2:
+    raise ImproperlyConfigured("CHAT_LEASE_SECONDS must be at least 2")
 if not 0 < CHAT_COALESCE_MS <= 30:
     raise ImproperlyConfigured("CHAT_COALESCE_MS must be between 1 and 30")
 if not 1 <= UPSTREAM_MAX_TOKENS <= MAX_TOKENS_LIMIT:

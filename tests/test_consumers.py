@@ -558,11 +558,16 @@ async def test_system_prompt_is_stored_and_sent_first(connect, alice, providers,
 
 
 async def test_attach_when_the_stream_ends_before_its_snapshot_sends_the_saved_text(connect, alice, providers):
-    conversation = await Conversation.objects.acreate(owner=alice, title="t")
-    reply = await Message.objects.acreate(
-        conversation=conversation, role="assistant", status="streaming", content="saved text", model=I14
-    )
     _, _, ws = await connect(alice)
+    conversation = await Conversation.objects.acreate(owner=alice, title="t")
+    reply = await Message.objects.acreate(  # owned by this (live) process, which has just ended it
+        conversation=conversation,
+        role="assistant",
+        status="streaming",
+        content="saved text",
+        model=I14,
+        worker_id=generation.worker_id(),
+    )
     await ws.send(type="attach", conversation=conversation.pk)
     assert (await ws.receive())["message"] == reply.pk  # attached; no generation answers the snapshot request
     reply.status, reply.content = "interrupted", "saved text, final"

@@ -1,55 +1,83 @@
-"""Scale-out: two daphne processes on PostgreSQL and Redis.
+"""Scale-out: two daphne processes on PostgreSQL and Redis, each reached through a proxy the tests can cut.
 
-A stream on one is watched and stopped from the other; a session ended on one closes its sockets on the other.
+Streams on one process are watched, attached to and stopped from the other; a killed
+process's streams are ended by the survivor; outages of Redis and PostgreSQL lose nothing;
+a session ended on one process closes its sockets on the other.
 """
 
 import asyncio
 import os
 import subprocess
 import sys
+import time
+from urllib.parse import urlsplit
 
 import aiohttp
 import httpx
 import orjson
 import psycopg
 import pytest
+import redis
 
 from tests.conftest import FAKE_KEY, MODELS
 from tests.live import ROOT, LiveServer
+from tests.proxy import TcpProxy
 from tests.services import REDIS_URL, postgres_database, redis_prefix
 
 SLOW = "[[delay:20]] [[chunks:300]]"
+LEASE = 6
+
+
+def via(proxy: TcpProxy, url: str) -> str:
+    """The URL with its host and port replaced by the proxy's."""
+    parts = urlsplit(url)
+    netloc = parts.netloc.rsplit("@", 1)
+    netloc[-1] = f"127.0.0.1:{proxy.port}"
+    return parts._replace(netloc="@".join(netloc)).geturl()
+
+
+def proxy_for(url: str) -> TcpProxy:
+    parts = urlsplit(url)
+    return TcpProxy(parts.hostname, parts.port)
 
 
 @pytest.fixture(scope="module")
 def cluster(fake_server):
-    """Two server processes sharing a fresh PostgreSQL database and a Redis channel layer."""
+    """Two server processes sharing a fresh PostgreSQL database and a Redis channel layer, each behind a proxy."""
     with postgres_database("chat_scaleout") as database_url, redis_prefix("chat_scaleout") as prefix:
         yield from _cluster(fake_server, database_url, prefix)
 
 
 def _cluster(fake_server, database_url, prefix):
+    pg_proxy, redis_proxy = proxy_for(database_url), proxy_for(REDIS_URL)
     env = {
-        "DATABASE_URL": database_url,
-        "REDIS_URL": REDIS_URL,
+        "DATABASE_URL": via(pg_proxy, database_url),
+        "REDIS_URL": via(redis_proxy, REDIS_URL),
         "REDIS_PREFIX": prefix,
         "UPSTREAM_BASE_URL": fake_server.base_url("i14"),
         "UPSTREAM_API_KEY": FAKE_KEY,
         "UPSTREAM_NAME": "i14",
         "UPSTREAM_MODEL": MODELS["i14"],
-        "CHAT_ORPHAN_AFTER": "3",
+        "CHAT_LEASE_SECONDS": str(LEASE),
+        # carol runs 50 streams at once, 250 in a minute: the per-person chat limits are off here
+        "CHAT_MAX_STREAMS": "0",
+        "RATE_LIMIT_PER_MINUTE": "0",
     }
-    setup = {**os.environ, **env, "DJANGO_SUPERUSER_PASSWORD": "carol-secret-pw"}
+    setup = {**os.environ, **env, "DATABASE_URL": database_url, "DJANGO_SUPERUSER_PASSWORD": "carol-secret-pw"}
     for command in (["migrate", "--noinput"], ["createsuperuser", "--noinput", "--username", "carol", "--email", ""]):
         subprocess.run([sys.executable, "manage.py", *command], cwd=ROOT, env=setup, check=True, capture_output=True)
     servers = [LiveServer(env), LiveServer(env)]
     for server in servers:
         server.start()
     servers[0].database_url = database_url
+    servers[0].redis_prefix = prefix
+    servers[0].pg_proxy, servers[0].redis_proxy = pg_proxy, redis_proxy
     servers[0].setup_env = setup
     yield servers
     for server in servers:
         server.stop()
+    pg_proxy.close()
+    redis_proxy.close()
 
 
 def sign_in(server, username: str = "carol", password: str = "carol-secret-pw") -> str:
@@ -81,11 +109,28 @@ class Tab:
     async def send(self, **frame):
         await self.ws.send_str(orjson.dumps(frame).decode())
 
-    async def until(self, frame_type: str) -> list[dict]:
+    async def until(self, frame_type: str, timeout: float = 20) -> list[dict]:
         frames = []
         while not frames or frames[-1]["type"] != frame_type:
-            frames.append(orjson.loads((await self.ws.receive(timeout=20)).data))
+            frames.append(await self.frame(timeout))
+            assert frames[-1]["type"] != "error" or frame_type == "error", frames[-1]
         return frames
+
+    async def frame(self, timeout: float = 20) -> dict:
+        received = await self.ws.receive(timeout=timeout)
+        assert received.type == aiohttp.WSMsgType.TEXT, f"socket closed: {received}\n{self.server.output()[-4000:]}"
+        frame = orjson.loads(received.data)
+        frame["at"] = time.monotonic()
+        return frame
+
+    async def silent_for(self, seconds: float) -> None:
+        """Nothing arrives for that long, and the socket stays open (daphne's pings are answered meanwhile)."""
+        # Not ws.receive(timeout=...): aiohttp restarts that timeout after each ping it answers.
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(seconds):
+                received = await self.ws.receive()
+                pytest.fail(f"expected silence, got {received}")
+        assert not self.ws.closed
 
     async def closed(self, timeout: float = 5) -> int | None:
         """Drop frames until the server closes the socket; its close code."""
@@ -134,25 +179,164 @@ async def test_stop_from_another_process(cluster):
     assert mine[-1]["status"] == theirs[-1]["status"] == "stopped"
 
 
-async def test_a_process_that_dies_mid_stream_is_swept_by_the_other(cluster):
+def row(server, message_id: int) -> tuple[str, str]:
+    with psycopg.connect(server.database_url) as db:
+        return db.execute("SELECT status, content FROM chat_message WHERE id = %s", [message_id]).fetchone()
+
+
+async def test_an_idle_socket_stays_open_for_30_seconds(cluster):
+    first, second = cluster
+    cookie = sign_in(first)
+    async with Tab(first, cookie) as one, Tab(second, cookie) as two:
+        # Redis's blocking read lasts 5 s: an idle socket used to be closed (1011) every 5-6 s.
+        await asyncio.gather(one.silent_for(32), two.silent_for(32))
+        await one.send(type="send", conversation=None, content="[[chunks:5]]")
+        assert (await one.until("done"))[-1]["status"] == "complete"
+    assert "Traceback" not in first.output() + second.output()
+
+
+async def test_attach_and_stop_after_the_sending_tab_closed(cluster):
+    first, second = cluster
+    cookie = sign_in(first)
+    for where in (first, second):  # the same process as the stream's, then the other one
+        async with Tab(first, cookie) as sender:
+            await sender.send(type="send", conversation=None, content=SLOW)
+            started = (await sender.until("delta"))[0]
+        async with Tab(where, cookie) as tab:
+            await tab.send(type="attach", conversation=started["conversation"])
+            attached, snapshot = await tab.frame(), await tab.frame(5)
+            assert attached["message"] == started["message"]
+            # the owner's own snapshot (with a seq), not the database fallback
+            assert snapshot["type"] == "snapshot" and snapshot["seq"] is not None
+            await tab.send(type="stop", message=started["message"])
+            rest = await tab.until("done")
+        assert rest[-1]["status"] == "stopped"
+        assert row(first, started["message"]) == ("stopped", snapshot["content"] + text(rest))
+
+
+async def test_group_memberships_expire_in_minutes_not_a_day(cluster):
+    first, _ = cluster
+    cookie = sign_in(first)
+    async with Tab(first, cookie) as tab:
+        await tab.send(type="send", conversation=None, content="[[chunks:3]]")
+        done = (await tab.until("done"))[-1]
+        client = redis.Redis.from_url(REDIS_URL)
+        ttl = client.ttl(f"{first.redis_prefix}:group:chat.conversation.{done['conversation']}")
+        client.close()
+    assert 0 < ttl <= 300
+
+
+async def test_a_killed_process_is_swept_within_10_seconds_with_its_text_saved(cluster):
     first, second = cluster
     cookie = sign_in(first)
     async with Tab(first, cookie) as tab:
         await tab.send(type="send", conversation=None, content="[[delay:50]] [[chunks:2000]]")
         started = (await tab.until("delta"))[0]
-    async with Tab(second, cookie) as other:
-        await other.send(type="attach", conversation=started["conversation"])
-        seen = await other.until("snapshot")
-        while len(seen) < 40:  # ~2 s of streaming: the owner has saved the text at least once
-            seen += await other.until("delta")
-        first.process.kill()  # the stream's owner dies; nobody saves its text any more
-        done = (await other.until("done"))[-1]
+    try:
+        async with Tab(second, cookie) as other:
+            await other.send(type="attach", conversation=started["conversation"])
+            seen = await other.until("snapshot")
+            while seen[-1]["at"] - seen[1]["at"] < 3:  # ~3 s of streaming: saved a few times
+                seen.append(await other.frame())
+            first.process.kill()  # the stream's owner dies; nobody saves its text any more
+            killed = time.monotonic()
+            async with Tab(second, cookie) as late:  # attaching now: the saved text, no hang
+                await late.send(type="attach", conversation=started["conversation"])
+                late_frames = await late.until("snapshot", timeout=10)
+                snapshot_after = late_frames[-1]["at"] - killed
+                done = (await other.until("done", timeout=15))[-1]
+                assert (await late.until("done", timeout=15))[-1]["status"] == "interrupted"
+            swept_after = done["at"] - killed
+            # A new message in the conversation is not refused as `busy`.
+            await other.send(type="send", conversation=started["conversation"], content="[[chunks:3]]")
+            assert (await other.until("done"))[-1]["status"] == "complete"
+    finally:
+        if first.process.poll() is not None:
+            first.start()  # the next test gets a working pair again
+    assert swept_after < 10, swept_after
+    assert snapshot_after < 5, snapshot_after
     assert done["status"] == "interrupted" and "server stopped" in done["error"]
     assert done["usage"]["estimated"] and done["usage"]["completion_tokens"] > 0
-    with psycopg.connect(first.database_url) as db:
-        (saved,) = db.execute("SELECT content FROM chat_message WHERE id = %s", [started["message"]]).fetchone()
-    assert saved and (seen[1]["content"] + text(seen)).startswith(saved)
-    first.start()  # the next test gets a working pair again
+    status, saved = row(first, started["message"])
+    streamed = seen[1]["content"] + text(seen[2:])
+    before_last_second = seen[1]["content"] + text(f for f in seen[2:] if f["at"] < killed - 1.5)
+    assert status == "interrupted" and streamed.startswith(saved) and saved.startswith(before_last_second)
+
+
+@pytest.mark.timeout(300)
+async def test_50_concurrent_streams_deliver_every_delta_and_done(cluster):
+    first, _ = cluster
+    cookie = sign_in(first)
+
+    async def one_stream():
+        async with Tab(first, cookie) as tab:
+            await tab.send(type="send", conversation=None, content="[[delay:15]] [[chunks:40]]")
+            return await tab.until("done", timeout=60)
+
+    async def churn(stop: asyncio.Event) -> int:
+        # Sockets closing mid-stream cancel their layer receive: that must not lose others' messages.
+        opened = 0
+        while not stop.is_set():
+            try:
+                async with Tab(first, cookie):
+                    opened += 1
+                    await asyncio.sleep(0.1)
+            except aiohttp.ClientError:
+                pass  # a handshake slowed past daphne's 5 s by the 50 streams' database work
+        return opened
+
+    for _ in range(5):
+        stop = asyncio.Event()
+        churner = asyncio.create_task(churn(stop))
+        results = await asyncio.gather(*(one_stream() for _ in range(50)))
+        stop.set()
+        assert await churner > 0
+        for frames in results:
+            deltas = [f["seq"] for f in frames if f["type"] == "delta"]
+            assert deltas == list(range(1, len(deltas) + 1)) and deltas
+            assert frames[-1]["status"] == "complete"
+            assert row(first, frames[-1]["message"]) == ("complete", text(frames))
+
+
+async def test_a_redis_outage_closes_no_socket_and_streams_resume(cluster):
+    first, second = cluster
+    cookie = sign_in(first)
+    async with Tab(first, cookie) as one, Tab(second, cookie) as two:
+        first.redis_proxy.cut()
+        try:
+            await asyncio.gather(one.silent_for(4), two.silent_for(4))
+        finally:
+            first.redis_proxy.restore()
+        # Pooled connections broken by the outage are replaced, not handed to a socket's frame.
+        for tab in (one, two):
+            await tab.send(type="send", conversation=None, content="[[chunks:5]]")
+            assert (await tab.until("done", timeout=30))[-1]["status"] == "complete"
+    for server in (first, second):
+        assert "cannot read from Redis" in server.output() and "reading from Redis again" in server.output()
+
+
+async def test_a_postgresql_outage_mid_stream_loses_nothing(cluster):
+    first, second = cluster
+    cookie = sign_in(first)
+    async with Tab(first, cookie) as one, Tab(second, cookie) as two:
+        await one.send(type="send", conversation=None, content="[[delay:50]] [[chunks:100]]")
+        await two.send(type="send", conversation=None, content="[[delay:50]] [[chunks:100]]")
+        mine, theirs = await one.until("delta"), await two.until("delta")
+        first.pg_proxy.cut()  # ~5 s of stream left; the database is back only after they end
+        try:
+            more = await asyncio.gather(one.until("delta"), two.until("delta"))
+            await asyncio.sleep(LEASE + 2)  # longer than a lease: nobody may take the other for dead
+        finally:
+            first.pg_proxy.restore()
+        restored = time.monotonic()
+        mine += more[0] + await one.until("done", timeout=60)
+        theirs += more[1] + await two.until("done", timeout=60)
+    for frames in (mine, theirs):
+        assert frames[-1]["status"] == "complete" and frames[-1]["at"] >= restored  # told only once stored
+        assert row(first, frames[-1]["message"]) == ("complete", text(frames))
+    log = first.output() + second.output()
+    assert "cannot save the partial answer" in log and "final save failed" in log
+    assert "final save landed after" in log
 
 
 async def test_api_stream_cap_holds_for_simultaneous_requests_to_both_processes(cluster):

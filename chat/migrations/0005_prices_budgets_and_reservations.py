@@ -15,7 +15,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ('auth', '0012_alter_user_first_name_max_length'),
-        ('chat', '0003_provider_max_connections'),
+        ('chat', '0004_worker_leases'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
