@@ -361,7 +361,7 @@ def test_the_orphan_sweep_settles_a_dead_streams_reservation(alice, providers, p
     assert Usage.objects.month_spent(alice).tokens == turn.usage.reserved_tokens > 5000
     Message.objects.filter(pk=turn.reply.pk).update(content="a partial answer")
     # What the sweep of another process (or of this one at start-up) does with a dead stream.
-    Message.objects.recover_orphans(stale_after=None)
+    Message.objects.recover_orphans(None)
     row = Usage.objects.get()
     assert row.status == "interrupted" and row.estimated
     assert row.cost_source == "computed" and row.cost_estimated and row.cost > 0
@@ -371,7 +371,8 @@ def test_the_orphan_sweep_settles_a_dead_streams_reservation(alice, providers, p
 def test_a_dead_processes_reservation_is_released_when_the_sweep_settles_it(alice, providers, price, fake):
     from django.db import connection
 
-    Budget.objects.create(user=alice, tokens=reservation_tokens(ENDLESS))
+    Budget.objects.create(user=alice, tokens=2 * reservation_tokens(ENDLESS))
+    token = ApiToken.issue(alice, "t")[1]
     params = {"max_tokens": MAX_TOKENS}
 
     async def start_and_get_refused(live):
@@ -382,13 +383,21 @@ def test_a_dead_processes_reservation_is_released_when_the_sweep_settles_it(alic
             return (await tab.until("error"))[-1]
 
     with LiveServer({"DATABASE_URL": database_url(connection.settings_dict)}) as live:
-        assert asyncio.run(start_and_get_refused(live))["code"] == "budget_exceeded"
-        live.restart()  # killed mid-stream; the new process sweeps what the dead one left at start-up
+        headers = {"Authorization": f"Bearer {token}"}
+        url = live.url + "/v1/chat/completions"
+        with httpx.stream("POST", url, json=body(ENDLESS, stream=True), headers=headers, timeout=30) as held:
+            pieces = held.iter_raw()
+            next(pieces)
+            # One API stream and one chat stream fill the budget: a third is refused.
+            assert asyncio.run(start_and_get_refused(live))["code"] == "budget_exceeded"
+            live.restart()  # killed mid-stream; the new process sweeps what the dead one left at start-up
         assert wait_until(lambda: not Usage.objects.filter(status="streaming").exists())
-    row = Usage.objects.exclude(status="refused").get()
-    assert row.status == "interrupted" and row.estimated
-    assert row.cost_source == "computed" and row.cost_estimated and row.cost > 0
-    assert Usage.objects.month_spent(alice).tokens == row.total_tokens < reservation_tokens(ENDLESS)
+    rows = list(Usage.objects.exclude(status="refused").order_by("source"))
+    assert [(row.source, row.status) for row in rows] == [("api", "interrupted"), ("chat", "interrupted")]
+    for row in rows:
+        assert row.estimated and row.cost_source == "computed" and row.cost_estimated and row.cost > 0
+    total = sum(row.total_tokens for row in rows)
+    assert Usage.objects.month_spent(alice).tokens == total < reservation_tokens(ENDLESS)
 
 
 # --- the concurrent case, against two server processes on SQLite and on PostgreSQL --------------
