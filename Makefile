@@ -44,7 +44,7 @@ run: $(VENV)/.server-deps
 	$(BIN)/python manage.py collectstatic --noinput --verbosity 0 && \
 	$(BIN)/python manage.py ensureadmin && \
 	echo "Serving on http://$(HOST):$$PORT/" && \
-	exec $(BIN)/daphne -b $(HOST) -p "$$PORT" chatsite.asgi:application
+	exec $(BIN)/python -m chatsite.server -b $(HOST) -p "$$PORT" chatsite.asgi:application
 
 test: $(VENV)/.test-deps
 	tests/prepare.sh

@@ -1,6 +1,6 @@
 """Measure the whole server under concurrent streams: the chat websocket and the /v1 relay.
 
-Starts the fake upstream (uvicorn) and the real server (daphne, a fresh SQLite
+Starts the fake upstream (uvicorn) and the real server (chatsite.server, i.e. daphne; a fresh SQLite
 database in a temporary folder) as separate processes, then runs N concurrent
 streams through each path and prints, per path: the server's CPU time per
 upstream chunk (from /proc), delivery latency from the upstream writing a chunk
@@ -95,7 +95,8 @@ class Stack:
         out = subprocess.run([*manage, "shell", "-c", script], cwd=ROOT, env=self.env, check=True, capture_output=True)
         self.cookie, self.token = out.stdout.decode().split()[-2:]
         self.server = subprocess.Popen(
-            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), "chatsite.asgi:application"],
+            [sys.executable, "-m", "chatsite.server", "-b", "127.0.0.1", "-p", str(self.port),
+             "chatsite.asgi:application"],
             cwd=ROOT, env=self.env, stdout=subprocess.DEVNULL,
         )  # fmt: skip
         wait_http(f"http://127.0.0.1:{fake_port}/", self.fake)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
 from contextlib import AsyncExitStack
 from datetime import timedelta
 
@@ -36,6 +37,15 @@ log = logging.getLogger(__name__)
 # Passed on from the upstream's response to the client's.
 PASSED_HEADERS = ("x-request-id", "retry-after")
 
+# The streams this process is relaying, for ending them at shutdown.
+_relays: weakref.WeakSet[Relay] = weakref.WeakSet()
+
+
+def interrupt_streams(reason: str) -> None:
+    """End every running `/v1` stream: each client gets an error event and [DONE], each is metered."""
+    for relay in list(_relays):
+        relay.interrupt(reason)
+
 
 def openai_error(status: int, message: str, type: str, code: str | None = None) -> HttpResponse:
     return HttpResponse(error_body(message, type, code), status=status, content_type="application/json")
@@ -63,18 +73,27 @@ async def authenticate(request) -> ApiToken | None:
 
 
 class SSEResponse(StreamingHttpResponse):
-    """A stream whose upstream is closed even if the client leaves before the first byte."""
+    """A stream whose upstream is closed (and metered) even if the client leaves before the first byte."""
 
     def __init__(self, relay, cleanup: AsyncExitStack, *args, **kwargs) -> None:
         super().__init__(relay, *args, **kwargs)
+        self._body = relay
         self._cleanup = cleanup
         self._loop = asyncio.get_running_loop()
 
     def close(self) -> None:
         # Django calls close() from a worker thread; the upstream belongs to the event loop.
-        # Closing an already closed stack does nothing.
-        self._loop.call_soon_threadsafe(self._loop.create_task, self._cleanup.aclose())
+        self._loop.call_soon_threadsafe(self._loop.create_task, self._close_body())
         super().close()
+
+    async def _close_body(self) -> None:
+        # Django closes only its own wrapper around our generator: a client cut while a send
+        # was held (flow control) would leave ours suspended, unmetered, until garbage collected.
+        # Closing a finished generator or an already closed stack does nothing.
+        try:
+            await self._body.aclose()
+        finally:
+            await self._cleanup.aclose()
 
 
 @csrf_exempt
@@ -108,11 +127,13 @@ async def chat_completions(request):
         log.exception("could not start API usage for %s", token.user)
         return openai_error(503, "The server could not record this request; try again.", "server_error", "unavailable")
     if body.get("stream"):
-        return await stream_completion(meter, payload, wants_usage)
+        flow = getattr(request, "scope", {}).get("extensions", {}).get("chatsite.flow")
+        return await stream_completion(meter, payload, wants_usage, flow)
     return await complete(meter, payload)
 
 
-async def stream_completion(meter: Meter, payload: dict, wants_usage: bool) -> HttpResponse:
+async def stream_completion(meter: Meter, payload: dict, wants_usage: bool, flow=None) -> HttpResponse:
+    """Relay the upstream's stream; `flow` (chatsite.server's scope extension) says if the server cut the client."""
     provider = meter.entry.provider
     cleanup = AsyncExitStack()
     # However the response ends (even unread), the usage row stops counting as streaming.
@@ -141,25 +162,36 @@ async def stream_completion(meter: Meter, payload: dict, wants_usage: bool) -> H
         return refused
     meter.state.request_id = stream.request_id or ""
     relay = Relay(stream, meter.state, forward_usage=wants_usage, heartbeat=settings.API_HEARTBEAT_SECONDS)
+    _relays.add(relay)
 
     async def body():
         try:
             async for data in relay:
                 yield data
             await meter.record(relay.status, relay.error)
-        except asyncio.CancelledError:
-            # The client went away: close the upstream now, still meter what was generated.
-            await cleanup.aclose()
-            await meter.record("stopped", "the client disconnected")
-            raise
         finally:
-            await cleanup.aclose()
+            # Unfinished: the client went away (cancelled while awaiting, or closed at a yield
+            # or in a send held by flow control). Meter it with the reason before the cleanup
+            # meters it as a plain disconnect, and close the upstream.
+            try:
+                if not meter.recorded and relay.interruption is not None:
+                    await meter.record(relay.status, relay.error)  # ended at shutdown, then cut unread
+                elif not meter.recorded:
+                    await meter.record("stopped", disconnect_reason(flow))
+            finally:
+                await cleanup.aclose()
 
     response = SSEResponse(body(), cleanup, content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"
     copy_headers(stream.response.headers, response)
     return response
+
+
+def disconnect_reason(flow) -> str:
+    if flow is not None and flow.slow_cut:
+        return f"the client did not read the stream for {settings.API_SLOW_CLIENT_SECONDS:g} s and was disconnected"
+    return "the client disconnected"
 
 
 async def complete(meter: Meter, payload: dict) -> HttpResponse:

@@ -1,6 +1,4 @@
-import asyncio
 import logging
-import sys
 
 from django.apps import AppConfig
 from django.db import DatabaseError
@@ -25,7 +23,6 @@ def prepare_to_serve() -> None:
     from .generation import lease
     from .models import Message, Provider
 
-    end_streams_at_shutdown()
     try:
         provider = Provider.objects.sync_from_settings()
         # One process alone owns every stream; beside others, only those whose lease expired are dead.
@@ -44,26 +41,27 @@ def prepare_to_serve() -> None:
         )
 
 
-def end_streams_at_shutdown() -> None:
-    """Under daphne, before the reactor stops: end running streams as interrupted, close the upstream client.
+def running_streams() -> list:
+    """The chat generations of this process still streaming (asyncio tasks; a graceful shutdown waits for them)."""
+    from . import generation
 
-    Their text and usage are saved now instead of waiting for the next start-up to
-    find them still `streaming`, and the shared client's connections close cleanly.
+    return generation.running()
+
+
+async def end_streams(reason: str) -> None:
+    """End every stream of this process now: `/v1` ones get an error event and [DONE], chats are interrupted.
+
+    Their text and usage are saved now instead of waiting for the next start-up to find
+    them still `streaming`; called by chatsite.server once the shutdown grace is over.
     """
-    reactor = sys.modules.get("twisted.internet.reactor")
-    if reactor is None:  # not under daphne (tests, management commands)
-        return
-    from twisted.internet import defer
+    from . import api, generation
 
-    from . import generation, upstream
+    api.interrupt_streams(reason)
+    await generation.shutdown()
 
-    async def shutdown() -> None:
-        for task in list(generation._tasks):
-            task.cancel()
-        await generation.wait_all()
-        await upstream.close_shared_client()
 
-    def trigger():
-        return defer.Deferred.fromFuture(asyncio.ensure_future(shutdown()))
+async def close_clients() -> None:
+    """Close the shared upstream client, last, once no stream uses it."""
+    from . import upstream
 
-    reactor.addSystemEventTrigger("before", "shutdown", trigger)
+    await upstream.close_shared_client()

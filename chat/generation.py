@@ -50,6 +50,8 @@ def orphan_after() -> timedelta:
 
 
 _tasks: set[asyncio.Task] = set()
+# The generation tasks alone (a graceful shutdown waits for these, not for control handlers).
+_streams: set[asyncio.Task] = set()
 # message id -> the generation streaming it in this process
 _running: dict[int, Generation] = {}
 
@@ -171,7 +173,9 @@ def start(job: Job) -> asyncio.Task:
     generation = _running[job.message_id] = Generation(job)  # before any control request can arrive
     task = asyncio.create_task(generation.run(), name=f"generation-{job.message_id}")
     _tasks.add(task)
+    _streams.add(task)
     task.add_done_callback(_tasks.discard)
+    task.add_done_callback(_streams.discard)
     return task
 
 
@@ -321,6 +325,13 @@ class Generation:
                 {"type": "chat.delta", "message": self.job.message_id, "seq": self.seq, "text": frame(**fields)},
             )
 
+    def _flushed_text(self) -> tuple[str, str]:
+        """The text up to the last delta sent: what arrived during the flush's awaits is still pending
+        and goes out in the next delta, so a snapshot must not carry it too."""
+        content = self.state.content[: len(self.state.content) - len(self._pending_content)]
+        reasoning = self.state.reasoning[: len(self.state.reasoning) - len(self._pending_reasoning)]
+        return "".join(content), "".join(reasoning)
+
     async def handle(self, request: dict) -> None:
         """A control request from a socket on any process: stop, or a snapshot for an attaching socket."""
         if request["type"] == "generation.stop":
@@ -328,11 +339,12 @@ class Generation:
         elif request["type"] == "generation.snapshot":
             async with self._lock:
                 await self._flush()
+                content, reasoning = self._flushed_text()
                 first, *parts = snapshot_frames(
                     self.job.conversation_id,
                     self.job.message_id,
-                    self.state.text,
-                    self.state.reasoning_text,
+                    content,
+                    reasoning,
                     Message.Status.STREAMING,
                     self.job.model,
                     self.seq,
@@ -669,3 +681,19 @@ async def _sweep_forever(process: Process) -> None:
         if failures:
             log.warning("orphan sweep works again after %d failure(s)", failures)
             failures = 0
+
+
+# --- shutdown -----------------------------------------------------------------
+
+
+def running() -> list[asyncio.Task]:
+    """The generations this process is running."""
+    return list(_streams)
+
+
+async def shutdown() -> None:
+    """End every running generation as interrupted: text, usage and the `done` frames saved and sent."""
+    streams = list(_streams)
+    for task in streams:
+        task.cancel()
+    await asyncio.gather(*streams, return_exceptions=True)

@@ -4,7 +4,8 @@ Every upstream event is passed on as the exact bytes it arrived in, in order, as
 as it arrives. What changes: a comment line opens the stream and another fills every
 silence of HEARTBEAT seconds (so proxies keep it open), the usage-only chunk that the
 relay itself asked for is dropped when the client did not ask for it, and a stream the
-upstream ends without `[DONE]` gets one (after an error event if it ended mid-answer).
+upstream ends without `[DONE]` gets one (after an error event if it ended mid-answer),
+and so does a stream the server ends itself (`interrupt`, at shutdown).
 
 The same rules as the chat's bound what is relayed: an event that is not JSON is
 skipped (not forwarded: the SDKs would raise on it) and counted, and the stream
@@ -101,6 +102,21 @@ class Relay:
         self.forward_usage = forward_usage
         self.heartbeat = heartbeat
         self.failure: UpstreamError | None = None
+        self.interruption: str | None = None
+        self._queue: asyncio.Queue[Any] | None = None
+        self._pump_task: asyncio.Task | None = None
+
+    def interrupt(self, message: str) -> None:
+        """End the stream now, unfinished: the upstream is closed, the client gets an error event and [DONE]."""
+        if self.interruption is not None or self.state.done:
+            return
+        self.interruption = message
+        if self._pump_task is not None:
+            self._pump_task.cancel()
+        if self._queue is not None:
+            # Only a relay waiting on an empty queue needs waking; a full one sees the flag first.
+            with contextlib.suppress(asyncio.QueueFull):
+                self._queue.put_nowait(_END)
 
     @property
     def malformed(self) -> int:
@@ -109,12 +125,16 @@ class Relay:
 
     @property
     def status(self) -> str:
+        if self.interruption is not None:
+            return "interrupted"
         if self.failure is not None:
             return "interrupted" if self.failure.kind == "cut" else "failed"
         return self.state.outcome()
 
     @property
     def error(self) -> str:
+        if self.interruption is not None:
+            return self.interruption
         if self.failure is not None:
             return str(self.failure)
         if self.state.outcome() == "failed":
@@ -125,7 +145,8 @@ class Relay:
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=256)
-        pump = asyncio.create_task(self._pump(queue))
+        self._queue = queue
+        pump = self._pump_task = asyncio.create_task(self._pump(queue))
         try:
             yield OPENING
             while True:
@@ -138,7 +159,7 @@ class Relay:
                         continue
                 else:
                     item = queue.get_nowait()
-                if item is _END:
+                if item is _END or self.interruption is not None:
                     break
                 if isinstance(item, UpstreamError):
                     self.failure = item
@@ -201,6 +222,10 @@ ENDING_CODES = {"too_large": "reply_too_large", "protocol": "upstream_malformed"
 
 def from_ending(relay: Relay) -> bytes:
     """What closes a stream the upstream ended without [DONE]."""
+    if relay.interruption is not None:
+        error = {"message": relay.interruption, "type": "server_error", "code": "server_shutdown"}
+        event = orjson.dumps({"error": error})
+        return b"data: " + event + b"\n\n" + DONE_EVENT
     if relay.status in ("interrupted", "failed") and (relay.state.error is None or relay.failure is not None):
         # Ended mid-answer with no error of its own: say so in OpenAI's form, which SDKs raise.
         message = relay.error or "the upstream stream failed"

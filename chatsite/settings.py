@@ -320,6 +320,16 @@ AXES_VERBOSE = False
 
 if CHAT_LEASE_SECONDS < 2:
     raise ImproperlyConfigured("CHAT_LEASE_SECONDS must be at least 2")
+# --- The server (chatsite/server.py) ----------------------------------------
+# Largest request body, bytes (Django's own limit too): larger ones get 413 as they arrive.
+DATA_UPLOAD_MAX_MEMORY_SIZE = env_number("REQUEST_MAX_BYTES", 2_621_440)
+# A /v1 stream's client that reads nothing for this long is disconnected (its usage is kept);
+# a websocket that does not take its frames for this long is closed with 4008.
+API_SLOW_CLIENT_SECONDS = env_number("API_SLOW_CLIENT_SECONDS", 30.0, float)
+CHAT_SLOW_CLIENT_SECONDS = env_number("CHAT_SLOW_CLIENT_SECONDS", 30.0, float)
+# On SIGTERM: no new connections, running streams get this long to finish, then are interrupted.
+SHUTDOWN_GRACE_SECONDS = env_number("SHUTDOWN_GRACE_SECONDS", 20.0, float)
+
 if not 0 < CHAT_COALESCE_MS <= 30:
     raise ImproperlyConfigured("CHAT_COALESCE_MS must be between 1 and 30")
 if not 1 <= UPSTREAM_MAX_TOKENS <= MAX_TOKENS_LIMIT:

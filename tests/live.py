@@ -30,7 +30,7 @@ def database_url(settings_dict: dict) -> str:
 
 
 class LiveServer:
-    """`daphne chatsite.asgi:application` on 127.0.0.1:<free port>, logs kept for assertions."""
+    """`python -m chatsite.server chatsite.asgi:application` on 127.0.0.1:<free port>, logs kept for assertions."""
 
     def __init__(self, env: dict[str, str]) -> None:
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
@@ -53,7 +53,7 @@ class LiveServer:
 
     def start(self, timeout: float = 30) -> str:
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "daphne", "--fd", str(self.sock.fileno()), "chatsite.asgi:application"],
+            [sys.executable, "-m", "chatsite.server", "--fd", str(self.sock.fileno()), "chatsite.asgi:application"],
             cwd=ROOT,
             env=self.env,
             pass_fds=[self.sock.fileno()],

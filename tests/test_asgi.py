@@ -82,7 +82,7 @@ async def test_foreign_origin_is_refused_by_the_real_server(server, alice):
 
 
 async def test_stopping_the_server_mid_stream_ends_the_stream_as_interrupted(alice, providers):
-    server = LiveServer({"DATABASE_URL": database_url(connection.settings_dict)})
+    server = LiveServer({"DATABASE_URL": database_url(connection.settings_dict), "SHUTDOWN_GRACE_SECONDS": "1"})
     await sync_to_async(server.start)()
     cookie = await sync_to_async(session_cookie)(alice)
     headers = {"Origin": server.url, "Cookie": f"{settings.SESSION_COOKIE_NAME}={cookie}"}

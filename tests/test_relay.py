@@ -188,3 +188,18 @@ def test_parse_request_and_upstream_body():
 def test_prompt_chars_counts_text_parts():
     messages = [{"role": "system", "content": "abc"}, {"role": "user", "content": [{"type": "text", "text": "de"}]}]
     assert prompt_chars(messages) == 5
+
+
+async def test_interrupt_ends_a_waiting_stream_with_a_shutdown_error_and_done():
+    stream = ScriptedStream(I14_STREAM, hold_after=3)
+    relay = Relay(stream, StreamState(started_at=0.0), forward_usage=True, heartbeat=5.0)
+    out = []
+    async for data in relay:
+        out.append(data)
+        if len(out) == 4:  # the opening comment and three events; the upstream now holds
+            asyncio.get_running_loop().call_later(0.05, relay.interrupt, "The server stopped.")
+    assert out[:4] == [OPENING, *data_events(I14_STREAM)[:3]]
+    error = orjson.loads(out[-1].split(b"\n\n")[0][len(b"data: ") :])["error"]
+    assert error == {"message": "The server stopped.", "type": "server_error", "code": "server_shutdown"}
+    assert out[-1].endswith(DONE_EVENT) and stream.closed
+    assert relay.status == "interrupted" and relay.error == "The server stopped."

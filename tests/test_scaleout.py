@@ -48,7 +48,7 @@ def cluster(fake_server):
         yield from _cluster(fake_server, database_url, prefix)
 
 
-def _cluster(fake_server, database_url, prefix):
+def _cluster(fake_server, database_url, prefix, **settings):
     pg_proxy, redis_proxy = proxy_for(database_url), proxy_for(REDIS_URL)
     env = {
         "DATABASE_URL": via(pg_proxy, database_url),
@@ -62,6 +62,7 @@ def _cluster(fake_server, database_url, prefix):
         # carol runs 50 streams at once, 250 in a minute: the per-person chat limits are off here
         "CHAT_MAX_STREAMS": "0",
         "RATE_LIMIT_PER_MINUTE": "0",
+        **settings,
     }
     setup = {**os.environ, **env, "DATABASE_URL": database_url, "DJANGO_SUPERUSER_PASSWORD": "carol-secret-pw"}
     for command in (["migrate", "--noinput"], ["createsuperuser", "--noinput", "--username", "carol", "--email", ""]):
