@@ -16,7 +16,7 @@ from django.http import HttpResponse, StreamingHttpResponse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
-from . import busy, limits, process, upstream
+from . import budgets, busy, limits, process, upstream
 from .models import (
     ApiToken,
     CatalogEntry,
@@ -139,6 +139,8 @@ async def chat_completions(request):
     except busy.UNAVAILABLE as exc:
         log.warning("database unavailable, refusing an API request for now: %s", exc)
         return busy.busy_response(request.path)
+    except budgets.BudgetExceeded as exc:
+        return await over_budget(meter, exc)
     except Exception:
         # Nothing went upstream: an unmetered request is not sent at all.
         log.exception("could not start API usage for %s", token.user)
@@ -257,6 +259,15 @@ def too_many(exc: limits.LimitExceeded) -> HttpResponse:
     return response
 
 
+async def over_budget(meter: Meter, exc: budgets.BudgetExceeded) -> HttpResponse:
+    """429 with OpenAI's out-of-quota type (the SDKs raise RateLimitError); the refusal gets a usage row."""
+    try:
+        await sync_to_async(meter.refuse)(exc)
+    except Exception:
+        log.exception("could not record a refused API request for %s", meter.token.user)
+    return openai_error(429, exc.detail, "insufficient_quota", exc.code)
+
+
 def upstream_error(exc: upstream.UpstreamError) -> HttpResponse:
     """The upstream's own status and error body when it gave one, else 502/504 in OpenAI's shape."""
     if exc.kind == "http" and exc.status:
@@ -295,8 +306,18 @@ class Meter:
         The row counts towards the streams and the rate limits from now on, and a crash
         leaves it behind instead of losing the request.
         """
+        prompt_tokens = upstream.estimate_tokens(prompt_chars(self.body["messages"]))
         with transaction.atomic():
             limits.enforce(self.token.user, source=Usage.Source.API, token=self.token)
+            reservation = budgets.reserve(
+                self.token.user,
+                token=self.token,
+                provider_id=self.entry.provider.pk,
+                model=self.entry.model,
+                prompt_tokens=prompt_tokens,
+                max_tokens=self.max_tokens(),
+                now=self.started,
+            )
             self.usage_id = Usage.objects.create(
                 user=self.token.user,
                 token=self.token,
@@ -305,9 +326,28 @@ class Meter:
                 model=self.entry.model,
                 started=self.started,
                 status=Message.Status.STREAMING,
-                prompt_tokens=upstream.estimate_tokens(prompt_chars(self.body["messages"])),
+                prompt_tokens=prompt_tokens,
+                reserved_usd=reservation.usd,
+                reserved_tokens=reservation.tokens,
                 worker_id=self.worker_id,
             ).pk
+
+    def max_tokens(self) -> int:
+        """The most completion tokens this request can produce, over all its choices."""
+        body = self.body
+        per_choice = body.get("max_completion_tokens") or body.get("max_tokens") or settings.UPSTREAM_MAX_TOKENS
+        return per_choice * (body.get("n") or 1)
+
+    def refuse(self, exc: budgets.BudgetExceeded) -> None:
+        budgets.refuse(
+            self.token.user,
+            source=Usage.Source.API,
+            token=self.token,
+            provider_id=self.entry.provider.pk,
+            model=self.entry.model,
+            prompt_tokens=upstream.estimate_tokens(prompt_chars(self.body["messages"])),
+            detail=exc.detail,
+        )
 
     async def answer_of(self, request):
         """Await the upstream's answer; if it fails, meter the failure and give the response to send instead."""
@@ -354,7 +394,7 @@ class Meter:
         message = None
         if settings.API_STORE_CONVERSATIONS:
             message = self._store_conversation(status, error)
-        Usage.objects.filter(pk=self.usage_id).update(message=message, **Usage.ending(self.state, status, error, usage))
+        Usage.settle(self.usage_id, {"message": message, **Usage.ending(self.state, status, error, usage)})
 
     def _store_conversation(self, status: str, error: str) -> Message:
         messages = self.body["messages"]

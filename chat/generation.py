@@ -453,7 +453,8 @@ class Generation:
                 error=error,
                 updated=now,
             )
-            Usage.objects.filter(pk=job.usage_id).update(**Usage.ending(state, status, error, usage))
+            # The done frame shows the cost computed from the price table too.
+            usage["cost"] = Usage.settle(job.usage_id, Usage.ending(state, status, error, usage))["cost"]
             Conversation.objects.filter(pk=job.conversation_id).update(updated=now)
 
 

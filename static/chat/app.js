@@ -3,7 +3,7 @@ import { api, setBusyHandler, setCsrfToken } from "./api.js";
 import { MessageView } from "./messages.js";
 import { handleCopyClicks } from "./render.js";
 import { ModelPicker, SettingsPanel } from "./settings.js";
-import { Sidebar } from "./sidebar.js";
+import { BudgetMeter, Sidebar } from "./sidebar.js";
 import { ChatSocket, socketUrl } from "./socket.js";
 
 const config = JSON.parse(document.getElementById("chat-config").textContent);
@@ -303,6 +303,7 @@ function onDone(frame) {
     if (document.activeElement === document.body || !document.activeElement) ui.input.focus();
   }
   sidebar.refresh();
+  budget.refresh();
 }
 
 function onAttached(frame) {
@@ -334,6 +335,7 @@ function onError(frame) {
   }
   updateComposer();
   if (frame.code !== "not_streaming") showNotice(frame.detail || `Error: ${frame.code}`);
+  if (frame.code === "budget_exceeded") budget.refresh();
 }
 
 function onFrame(frame) {
@@ -365,6 +367,7 @@ const sidebar = new Sidebar({
   deleted: (id) => id === state.conversation && newChat(),
   error: showNotice,
 });
+const budget = new BudgetMeter();
 const picker = new ModelPicker($("model"));
 const settings = new SettingsPanel({ conversation: () => state.conversation, onError: showNotice });
 
@@ -448,6 +451,7 @@ window.addEventListener("popstate", () => route());
 // --- start ---------------------------------------------------------------------
 
 sidebar.refresh();
+budget.refresh();
 picker
   .load()
   .then(() => picker.choose(state.model))
