@@ -2,8 +2,10 @@
 
 from django import forms
 from django.contrib import admin
+from django.contrib.auth import get_user_model
+from django.contrib.auth.admin import UserAdmin
 
-from .models import ApiToken, Conversation, Message, Provider, Usage
+from .models import ApiToken, Budget, Conversation, Message, Price, Provider, Usage
 
 
 class ProviderForm(forms.ModelForm):
@@ -73,6 +75,7 @@ class UsageAdmin(admin.ModelAdmin):
         "completion_tokens",
         "reasoning_tokens",
         "cost",
+        "cost_source",
         "ttft_ms",
         "tokens_per_second",
         "status",
@@ -83,6 +86,8 @@ class UsageAdmin(admin.ModelAdmin):
         "status",
         "model",
         "estimated",
+        "cost_source",
+        "cost_estimated",
         "started",
         ("user", admin.RelatedOnlyFieldListFilter),
         ("token", admin.RelatedOnlyFieldListFilter),
@@ -128,3 +133,53 @@ class ApiTokenAdmin(admin.ModelAdmin):
         for token in queryset:
             token.revoke()
         self.message_user(request, f"Revoked {queryset.count()} token(s).")
+
+
+# --- prices and budgets -------------------------------------------------------
+
+
+@admin.register(Price)
+class PriceAdmin(admin.ModelAdmin):
+    """Prices per million tokens; add a row with a later effective date for a change, so history keeps its cost."""
+
+    list_display = ["model", "provider", "prompt", "completion", "reasoning", "cached_prompt", "effective_from"]
+    list_filter = [("provider", admin.RelatedOnlyFieldListFilter), "effective_from"]
+    search_fields = ["model", "provider__name"]
+    list_select_related = ["provider"]
+    date_hierarchy = "effective_from"
+
+
+@admin.register(Budget)
+class BudgetAdmin(admin.ModelAdmin):
+    """Monthly limits: a user's own wins over their groups' (the most generous group), which win over the default."""
+
+    list_display = ["__str__", "user", "group", "token", "usd", "tokens", "updated"]
+    list_filter = [
+        ("user", admin.EmptyFieldListFilter),
+        ("group", admin.EmptyFieldListFilter),
+        ("token", admin.EmptyFieldListFilter),
+    ]
+    search_fields = ["user__username", "group__name", "token__name", "token__user__username"]
+    list_select_related = ["user", "group", "token__user"]
+    autocomplete_fields = ["user", "group"]
+    raw_id_fields = ["token"]
+
+
+class BudgetInline(admin.StackedInline):
+    model = Budget
+    fk_name = "user"
+    fields = ["usd", "tokens"]
+    can_delete = True
+    verbose_name = "monthly budget"
+    verbose_name_plural = "monthly budget (empty: the group's or the default)"
+
+
+User = get_user_model()
+if admin.site.is_registered(User) and isinstance(admin.site._registry[User], UserAdmin):
+    # The user admin gains the budget inline; the rest of it stays Django's.
+    user_admin = type(admin.site._registry[User])
+    admin.site.unregister(User)
+
+    @admin.register(User)
+    class UserWithBudgetAdmin(user_admin):
+        inlines = [*user_admin.inlines, BudgetInline]

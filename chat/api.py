@@ -16,7 +16,7 @@ from django.http import HttpResponse, StreamingHttpResponse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
-from . import generation, limits, upstream
+from . import budgets, busy, limits, process, upstream
 from .models import (
     ApiToken,
     CatalogEntry,
@@ -33,6 +33,11 @@ from .models import (
 from .relay import Relay, RequestError, error_body, message_text, parse_request, prompt_chars, upstream_body
 
 log = logging.getLogger(__name__)
+
+# Seconds between attempts to record a request's usage while the database is unavailable.
+RECORD_RETRY_PAUSES = (1, 5)
+# Usage recordings under way, kept referenced so that they finish.
+_recording: set[asyncio.Task] = set()
 
 # Passed on from the upstream's response to the client's.
 PASSED_HEADERS = ("x-request-id", "retry-after")
@@ -67,9 +72,19 @@ async def authenticate(request) -> ApiToken | None:
         return None
     token = await sync_to_async(ApiToken.objects.for_secret)(secret.strip())
     if token is not None and (token.last_used is None or timezone.now() - token.last_used > timedelta(minutes=1)):
-        token.last_used = timezone.now()
-        await token.asave(update_fields=["last_used"])
+        await sync_to_async(touch_last_used)(token)
     return token
+
+
+def touch_last_used(token: ApiToken) -> None:
+    """Note when a token was last used; skipped, not waited for, while the database is busy."""
+    token.last_used = timezone.now()
+    try:
+        # Only a hint for its owner: not worth holding a request behind someone else's write.
+        with busy.short_wait(0.1):
+            ApiToken.objects.filter(pk=token.pk).update(last_used=token.last_used)
+    except busy.UNAVAILABLE as exc:
+        log.info("skipped noting that API token %s was used: %s", token.pk, exc)
 
 
 class SSEResponse(StreamingHttpResponse):
@@ -115,11 +130,17 @@ async def chat_completions(request):
     meter = Meter(token, entry, body)
     try:
         # The usage row records this process's lease: if the process dies, another one closes the row.
-        await generation.ensure_started()
-        meter.worker_id = generation.worker_id()
-        await sync_to_async(meter.begin)()
+        await process.ensure_started()
+        meter.worker_id = process.worker_id()
+        # A short wait for SQLite's write lock: a busy database is a quick 503 with Retry-After.
+        await sync_to_async(busy.waiting_briefly(meter.begin))()
     except limits.LimitExceeded as exc:
         return too_many(exc)
+    except busy.UNAVAILABLE as exc:
+        log.warning("database unavailable, refusing an API request for now: %s", exc)
+        return busy.busy_response(request.path)
+    except budgets.BudgetExceeded as exc:
+        return await over_budget(meter, exc)
     except Exception:
         # Nothing went upstream: an unmetered request is not sent at all.
         log.exception("could not start API usage for %s", token.user)
@@ -238,6 +259,15 @@ def too_many(exc: limits.LimitExceeded) -> HttpResponse:
     return response
 
 
+async def over_budget(meter: Meter, exc: budgets.BudgetExceeded) -> HttpResponse:
+    """429 with OpenAI's out-of-quota type (the SDKs raise RateLimitError); the refusal gets a usage row."""
+    try:
+        await sync_to_async(meter.refuse)(exc)
+    except Exception:
+        log.exception("could not record a refused API request for %s", meter.token.user)
+    return openai_error(429, exc.detail, "insufficient_quota", exc.code)
+
+
 def upstream_error(exc: upstream.UpstreamError) -> HttpResponse:
     """The upstream's own status and error body when it gave one, else 502/504 in OpenAI's shape."""
     if exc.kind == "http" and exc.status:
@@ -276,8 +306,18 @@ class Meter:
         The row counts towards the streams and the rate limits from now on, and a crash
         leaves it behind instead of losing the request.
         """
+        prompt_tokens = upstream.estimate_tokens(prompt_chars(self.body["messages"]))
         with transaction.atomic():
             limits.enforce(self.token.user, source=Usage.Source.API, token=self.token)
+            reservation = budgets.reserve(
+                self.token.user,
+                token=self.token,
+                provider_id=self.entry.provider.pk,
+                model=self.entry.model,
+                prompt_tokens=prompt_tokens,
+                max_tokens=self.max_tokens(),
+                now=self.started,
+            )
             self.usage_id = Usage.objects.create(
                 user=self.token.user,
                 token=self.token,
@@ -286,9 +326,28 @@ class Meter:
                 model=self.entry.model,
                 started=self.started,
                 status=Message.Status.STREAMING,
-                prompt_tokens=upstream.estimate_tokens(prompt_chars(self.body["messages"])),
+                prompt_tokens=prompt_tokens,
+                reserved_usd=reservation.usd,
+                reserved_tokens=reservation.tokens,
                 worker_id=self.worker_id,
             ).pk
+
+    def max_tokens(self) -> int:
+        """The most completion tokens this request can produce, over all its choices."""
+        body = self.body
+        per_choice = body.get("max_completion_tokens") or body.get("max_tokens") or settings.UPSTREAM_MAX_TOKENS
+        return per_choice * (body.get("n") or 1)
+
+    def refuse(self, exc: budgets.BudgetExceeded) -> None:
+        budgets.refuse(
+            self.token.user,
+            source=Usage.Source.API,
+            token=self.token,
+            provider_id=self.entry.provider.pk,
+            model=self.entry.model,
+            prompt_tokens=upstream.estimate_tokens(prompt_chars(self.body["messages"])),
+            detail=exc.detail,
+        )
 
     async def answer_of(self, request):
         """Await the upstream's answer; if it fails, meter the failure and give the response to send instead."""
@@ -307,16 +366,35 @@ class Meter:
         self.recorded = True
         self.state.ended_at = asyncio.get_running_loop().time()
         usage = self.state.metering(prompt_chars(self.body["messages"]), self.state.ended_at)
-        try:
-            await sync_to_async(self._save)(status, error, usage)
-        except Exception:
-            log.exception("could not record API usage for %s", self.token.user)
+        # Shielded: a client that hangs up after [DONE] gets this request cancelled by daphne
+        # (10 s later), which must not cancel the recording of what it was given.
+        task = asyncio.ensure_future(self._record(status, error, usage))
+        _recording.add(task)
+        task.add_done_callback(_recording.discard)
+        await asyncio.shield(task)
+
+    async def _record(self, status: str, error: str, usage: dict) -> None:
+        # A database that is busy now (a held SQLite lock outlasting the busy timeout) is tried
+        # again, so the usage of an answer already given is not lost.
+        for pause in (*RECORD_RETRY_PAUSES, None):
+            try:
+                await sync_to_async(self._save)(status, error, usage)
+                return
+            except busy.UNAVAILABLE as exc:
+                if pause is None:
+                    log.error("could not record API usage for %s, giving up: %s", self.token.user, exc)
+                    return
+                log.warning("could not record API usage for %s yet, retrying in %g s: %s", self.token.user, pause, exc)
+                await asyncio.sleep(pause)
+            except Exception:
+                log.exception("could not record API usage for %s", self.token.user)
+                return
 
     def _save(self, status: str, error: str, usage: dict) -> None:
         message = None
         if settings.API_STORE_CONVERSATIONS:
             message = self._store_conversation(status, error)
-        Usage.objects.filter(pk=self.usage_id).update(message=message, **Usage.ending(self.state, status, error, usage))
+        Usage.settle(self.usage_id, {"message": message, **Usage.ending(self.state, status, error, usage)})
 
     def _store_conversation(self, status: str, error: str) -> Message:
         messages = self.body["messages"]

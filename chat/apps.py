@@ -20,8 +20,8 @@ def prepare_to_serve() -> None:
     """Once per server process, before it serves: sync the configured provider, recover dead streams."""
     from django.conf import settings
 
-    from .generation import lease
     from .models import Message, Provider
+    from .process import lease
 
     try:
         provider = Provider.objects.sync_from_settings()

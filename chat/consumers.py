@@ -12,7 +12,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
-from . import generation, params, sessions
+from . import busy, generation, params, process, sessions
 from .generation import Job, conversation_group, frame, snapshot_frames
 from .limits import FRAME_LIMIT_CLOSE_CODE, FrameLimiter
 from .models import ChatError, Conversation, Message, Provider, begin_turn
@@ -104,13 +104,17 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         except Exception as exc:  # the socket still works; the per-frame session check still holds
             log.warning("could not add a socket of user %s to its user group: %r", user.pk, exc)
         await self.accept()
-        await generation.ensure_started()
+        await process.ensure_started()
 
     async def dispatch(self, message: dict) -> None:
         # Channels closes stale database connections (a thread hop) before every message;
         # the per-token events touch no database, so they skip it.
         if message["type"] in FAST_EVENTS:
             await FAST_EVENTS[message["type"]](self, message)
+        elif message["type"] == "websocket.connect":
+            # Nor does connect (the user comes from chat/overload.py's cache): that thread hop
+            # would queue every new socket behind a write waiting for SQLite's lock.
+            await self.websocket_connect(message)
         else:
             await super().dispatch(message)
 
@@ -138,6 +142,10 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             await self.receive_json(content)
         except ChatError as exc:
             await self.send_error(exc.code, exc.detail)
+        except busy.UNAVAILABLE as exc:
+            # Nothing was stored (the transaction rolled back); the page retries after a pause.
+            log.warning("database unavailable for a websocket frame: %s", exc)
+            await self.send_error("server_busy", busy.MESSAGE)
 
     async def within_frame_rate(self) -> bool:
         """Count the frame against this socket's bucket, before any parsing: a flood must stay cheap."""
@@ -248,9 +256,10 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
                 raise ChatError("not_found", "No such conversation.")
             model = model or stored
         entry = await Provider.objects.aresolve(model)
-        await generation.ensure_started()
-        turn = await database_sync_to_async(begin_turn)(
-            self.user, entry, params, conversation_id=conversation_id, worker_id=generation.worker_id(), **turn
+        await process.ensure_started()
+        # A short wait for SQLite's lock: this runs on the thread every socket's database work shares.
+        turn = await database_sync_to_async(busy.waiting_briefly(begin_turn))(
+            self.user, entry, params, conversation_id=conversation_id, worker_id=process.worker_id(), **turn
         )
         await self.watch(turn.conversation.pk)
         generation.start(Job.for_turn(turn, entry.provider, entry.model, turn.conversation.params))
@@ -261,7 +270,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         if reply.status != Message.Status.STREAMING:
             raise ChatError("not_streaming", "That message is not streaming.")
         # To the process streaming it, whichever socket started it; a dead owner's stream ends here.
-        await generation.send_control(reply, "stop")
+        await process.send_control(reply, "stop")
 
     async def on_attach(self, fields: dict) -> None:
         conversation_id = parse_id(fields, "conversation")
@@ -278,7 +287,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         await self.send(text_data=frame(type="attached", conversation=conversation_id, message=streaming.pk))
         # A live owner answers with a snapshot; a dead one's stream is ended now and its `done`
         # (with the saved text as the snapshot, see chat_done) arrives through the group.
-        if await generation.send_control(streaming, "snapshot", reply_to=self.channel_name):
+        if await process.send_control(streaming, "snapshot", reply_to=self.channel_name):
             wait = asyncio.create_task(self.snapshot_from_database(streaming.pk))
             self.waits.add(wait)
             wait.add_done_callback(self.waits.discard)

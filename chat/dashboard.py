@@ -19,7 +19,7 @@ from django.db.models import Aggregate, Count, DateField, F, FloatField, Func, M
 from django.db.models.functions import RowNumber, TruncDate
 from django.utils import timezone
 
-from . import models as chat_models
+from . import budgets as budgets_module
 from .models import Message, Usage
 
 PRESETS = {
@@ -348,20 +348,35 @@ def people_rows(rows, filters: Filters) -> list[dict]:
     # Grouped by user_id alone: joining the users here would look one up for every usage row.
     people = list(rows.values("user_id").annotate(requests=Count("pk"), last_active=Max("started"), **SUMS))
     users = get_user_model().objects.in_bulk([p["user_id"] for p in people])
-    budget_for = getattr(chat_models, "budget_for", None)  # from the budgets work; absent before it is merged
+    budgets = budget_rows_by_user(list(users))
     for person in people:
-        person["username"] = users[person["user_id"]].get_username()
+        user = users[person["user_id"]]
+        person["username"] = user.get_username()
         person["cost"] = person["cost"] or Decimal(0)
         for name in ("prompt_tokens", "completion_tokens", "reasoning_tokens"):
             person[name] = person[name] or 0
-        budget = budget_for(users[person["user_id"]]) if budget_for else None
-        person["budget_share"] = budget_share(person, budget)
+        person["budget_share"] = budget_share(person, budgets_module.budget_for(user, budgets.get(user.pk, [])))
     people.sort(key=lambda p: (-p["cost"], p["username"]))
     return people
 
 
+def budget_rows_by_user(user_ids: list[int]) -> dict[int, list[dict]]:
+    """Every person's own and group budget rows, as budgets.budget_for() takes them: three queries, not one each."""
+    fields = ("user_id", "token_id", "usd", "tokens")
+    found: dict[int, list[dict]] = {}
+    for row in budgets_module.Budget.objects.filter(user_id__in=user_ids).values(*fields):
+        found.setdefault(row["user_id"], []).append(row)
+    groups = {row.pop("group_id"): row for row in budgets_module.Budget.objects.filter(group__isnull=False).values(
+        "group_id", *fields)}  # fmt: skip
+    if groups:
+        members = get_user_model().groups.through.objects.filter(user_id__in=user_ids, group_id__in=groups)
+        for user_id, group_id in members.values_list("user_id", "group_id"):
+            found.setdefault(user_id, []).append(groups[group_id])
+    return found
+
+
 def budget_share(person: dict, budget) -> float | None:
-    """Spend over a monthly budget: in USD when the budget has an amount, else in tokens; None without one."""
+    """Spend over a monthly budget (budgets.Limit): in USD when it has an amount, else in tokens; None without one."""
     if budget is None:
         return None
     usd, tokens = getattr(budget, "usd", None), getattr(budget, "tokens", None)

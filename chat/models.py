@@ -286,7 +286,7 @@ class Conversation(models.Model):
 
 INTERRUPTED_ERROR = "The server stopped while this answer was streaming."
 
-# The id of this process's Worker row once it is registered (generation.ensure_started).
+# The id of this process's Worker row once it is registered (process.ensure_started).
 _current_worker: int | None = None
 
 
@@ -385,6 +385,8 @@ class MessageQuerySet(models.QuerySet):
                 Usage.objects.filter(dead, message__isnull=True, status=Message.Status.STREAMING).update(
                     status=Message.Status.INTERRUPTED, estimated=True, ended=now, error=INTERRUPTED_ERROR
                 )
+        # The swept rows (chat and API) get the price table's cost, like any final save.
+        price_unpriced(Usage.objects.filter(status=Message.Status.INTERRUPTED, ended=now, cost__isnull=True))
         return orphans
 
 
@@ -400,6 +402,8 @@ class Message(models.Model):
         STOPPED = "stopped", "stopped by the user"
         INTERRUPTED = "interrupted", "interrupted (connection ended early)"
         FAILED = "failed", "failed (upstream error)"
+        # Only on usage rows: a stream refused before anything went upstream (over budget).
+        REFUSED = "refused", "refused (over budget)"
 
     conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="messages")
     role = models.CharField(max_length=10, choices=Role.choices)
@@ -457,10 +461,23 @@ def begin_turn(
     content alone: a new message. edit=<id of the last user message> with content:
     replace its text and drop what followed. Neither: regenerate the last reply.
     Refused while a reply streams in the conversation: one stream per conversation,
-    and over the user's limits (chat/limits.py), before anything is stored.
+    and over the user's limits (chat/limits.py) or budget (chat/budgets.py), before anything
+    is stored; a refusal over budget leaves a `refused` usage row.
     worker_id: the process that will stream the reply (its lease keeps the reply alive).
     """
     from . import limits
+    from .budgets import BudgetExceeded, refuse
+
+    try:
+        return _begin_turn(user, entry, params, conversation_id, content, edit, system_prompt, worker_id, limits)
+    except BudgetExceeded as exc:
+        refuse(user, source=Usage.Source.CHAT, provider_id=entry.provider.pk, model=entry.model,
+               prompt_tokens=exc.prompt_tokens, detail=exc.detail)  # fmt: skip
+        raise ChatError(exc.code, exc.detail) from None
+
+
+def _begin_turn(user, entry, params, conversation_id, content, edit, system_prompt, worker_id, limits) -> Turn:
+    from .budgets import BudgetExceeded, reserve
 
     with transaction.atomic():
         limits.enforce(user, source=Usage.Source.CHAT)
@@ -492,6 +509,18 @@ def begin_turn(
             conversation.system_prompt = system_prompt
         conversation.save(update_fields=["model", "updated", "params", "system_prompt"])
         history = conversation.upstream_messages()
+        prompt_tokens = upstream.estimate_tokens(sum(len(m["content"]) for m in history))
+        try:
+            reservation = reserve(
+                user,
+                provider_id=entry.provider.pk,
+                model=entry.model,
+                prompt_tokens=prompt_tokens,
+                max_tokens=conversation.params.get("max_tokens") or settings.UPSTREAM_MAX_TOKENS,
+            )
+        except BudgetExceeded as exc:
+            exc.prompt_tokens = prompt_tokens
+            raise
         reply = conversation.messages.create(
             role=Message.Role.ASSISTANT,
             status=Message.Status.STREAMING,
@@ -505,7 +534,9 @@ def begin_turn(
             message=reply,
             model=entry.model,
             status=Message.Status.STREAMING,
-            prompt_tokens=upstream.estimate_tokens(sum(len(m["content"]) for m in history)),
+            prompt_tokens=prompt_tokens,
+            reserved_usd=reservation.usd,
+            reserved_tokens=reservation.tokens,
             worker_id=worker_id,
         )
     return Turn(conversation, user_message, reply, usage, history)
@@ -577,6 +608,14 @@ class UsageQuerySet(models.QuerySet):
             cost=Sum("cost"),
         )
 
+    def spent(self, since) -> Spent:
+        """Settled cost and tokens of these rows since a moment, plus what their running streams reserve."""
+        return spent(self, since)
+
+    def month_spent(self, user) -> Spent:
+        """What a user has spent (or reserved) this calendar month."""
+        return self.filter(user=user).spent(month_start())
+
 
 # Every column the dashboard's GROUP BYs read, in one index led by the period.
 COVERING = ["started", "model", "user", "source", "status", "prompt_tokens", "completion_tokens", "reasoning_tokens"]
@@ -589,6 +628,11 @@ class Usage(models.Model):
     class Source(models.TextChoices):
         CHAT = "chat", "via chat"
         API = "api", "via API"
+
+    class CostSource(models.TextChoices):
+        REPORTED = "reported", "reported by the upstream"
+        COMPUTED = "computed", "computed from the price table"
+        UNKNOWN = "unknown", "unknown (no price)"
 
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="usage")
     provider = models.ForeignKey(Provider, on_delete=models.SET_NULL, null=True, blank=True)
@@ -613,6 +657,11 @@ class Usage(models.Model):
     finish_reason = models.CharField(max_length=30, blank=True)
     error = models.TextField(blank=True)
     estimated = models.BooleanField(default=False, help_text="The upstream sent no usage; counts are estimates.")
+    cost_source = models.CharField(max_length=8, choices=CostSource.choices, default=CostSource.UNKNOWN, db_index=True)
+    cost_estimated = models.BooleanField(default=False, help_text="Computed from estimated token counts.")
+    # A running stream's worst case, counted against the budget while status is `streaming`.
+    reserved_usd = models.DecimalField("reserved (USD)", max_digits=14, decimal_places=8, null=True, blank=True)
+    reserved_tokens = models.PositiveIntegerField(default=0)
     # No database constraint: a lease row that vanished (a flushed table, a hand cleanup) must
     # not stop a stream from being stored; such a stream simply has no live owner.
     worker = models.ForeignKey(
@@ -629,11 +678,12 @@ class Usage(models.Model):
     class Meta:
         ordering = ["-started"]
         verbose_name_plural = "usage"
-        # For the usage dashboard (chat/dashboard.py): a person's own rows by period; the SQLite
-        # percentiles, which walk (model, value) in order to an OFFSET instead of sorting; and the
-        # period's GROUP BYs read from one index instead of the table (a covering index).
+        # (user, started): a person's spend this month (budgets) and own rows on the dashboard. For the
+        # usage dashboard (chat/dashboard.py) also: the SQLite percentiles of long periods, which walk
+        # (model, value) in order to an OFFSET instead of sorting; and the period's GROUP BYs read from
+        # one index instead of the table (a covering index).
         indexes = [
-            models.Index(fields=["user", "started"], name="usage_user_started"),
+            models.Index(fields=["user", "started"]),
             models.Index(fields=["model", "ttft_ms", "started"], name="usage_model_ttft"),
             models.Index(fields=["model", "tokens_per_second", "started"], name="usage_model_speed"),
             models.Index(fields=COVERING, name="usage_dashboard_covering"),
@@ -656,6 +706,18 @@ class Usage(models.Model):
             **metering,
         }
 
+    @classmethod
+    def settle(cls, pk: int, fields: dict) -> dict:
+        """Write a finished stream's fields with its cost (reported, else priced); returns what was written.
+
+        Moving the row off `streaming` releases its budget reservation (chat/budgets.py).
+        """
+        row = cls.objects.filter(pk=pk).values("provider_id", "model", "started").first()
+        if row is not None:
+            fields = {**fields, **priced(row["provider_id"], row["model"], row["started"], fields)}
+        cls.objects.filter(pk=pk).update(**fields)
+        return fields
+
     def as_frame(self) -> dict:
         """The `usage` object of a `done` frame."""
         return {
@@ -669,3 +731,11 @@ class Usage(models.Model):
             "tokens_per_second": self.tokens_per_second,
             "estimated": self.estimated,
         }
+
+
+# The budget models refer to the ones above; re-exported for `from chat.models import ...`.
+from .budgets import Budget as Budget  # noqa: E402
+from .budgets import Limit as Limit  # noqa: E402
+from .budgets import Price as Price  # noqa: E402
+from .budgets import Spent, month_start, price_unpriced, priced, spent  # noqa: E402
+from .budgets import budget_for as budget_for  # noqa: E402

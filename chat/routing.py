@@ -1,14 +1,15 @@
-"""Websocket routes, behind the Origin check and session authentication."""
+"""Websocket routes, behind the overload guard, the Origin check and session authentication."""
 
-from channels.auth import AuthMiddlewareStack
 from channels.routing import URLRouter
 from django.urls import path
 
 from .consumers import ChatConsumer
 from .origins import OriginValidator
+from .overload import CachedAuthMiddlewareStack, ConnectGuard
 
 websocket_urlpatterns = [
     path("ws/chat/", ChatConsumer.as_asgi()),
 ]
 
-websocket_application = OriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns)))
+# The guard comes first so that a refused connect costs no Origin check and no database read.
+websocket_application = ConnectGuard(OriginValidator(CachedAuthMiddlewareStack(URLRouter(websocket_urlpatterns))))

@@ -17,6 +17,7 @@ urlpatterns = [
     path("accounts/password/done/", auth_views.PasswordChangeDoneView.as_view(), name="password_change_done"),
     path("api/models", views.models_list, name="models"),
     path("api/conversations", views.conversations, name="conversations"),
+    path("api/budget", views.budget, name="budget"),
     path("api/conversations/<int:conversation_id>", views.conversation, name="conversation-detail"),
     path("settings/tokens/", views.tokens, name="tokens"),
     path("usage/", dashboard_views.usage, name="usage"),

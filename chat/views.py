@@ -15,10 +15,10 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from . import params
+from . import budgets, params
 from .consumers import parse_params, parse_system_prompt
-from .generation import control_request
 from .models import ApiToken, ChatError, Conversation, Message, Provider
+from .process import control_request
 
 MAX_TITLE = 200
 
@@ -99,6 +99,14 @@ def conversations(request):
     query = request.GET.get("q", "").strip()[:200]
     rows = Conversation.objects.owned_by(request.user).search(query).values("id", "title", "model", "updated")[:500]
     return JsonResponse({"conversations": [summary(row) for row in rows]})
+
+
+@never_cache
+@require_GET
+@api
+def budget(request):
+    """The signed-in person's month so far: budget, spent (with running reservations) and remaining."""
+    return JsonResponse(budgets.summary(request.user))
 
 
 def summary(row: dict) -> dict:

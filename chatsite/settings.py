@@ -4,6 +4,7 @@ import os
 import secrets
 import time
 from datetime import timedelta
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
 import dj_database_url
@@ -31,7 +32,7 @@ def env_number(name: str, default, kind=int):
     value = env(name)
     try:
         return kind(value) if value else default
-    except ValueError:
+    except (ValueError, InvalidOperation):
         raise ImproperlyConfigured(f"{name} must be a number, not {value!r}") from None
 
 
@@ -91,6 +92,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Near the end, so it sees a view's exception early: a busy database answers 503, not 500.
+    "chat.busy.DatabaseBusyMiddleware",
     # Last, as django-axes asks: turns a locked-out sign-in into the lockout page.
     "axes.middleware.AxesMiddleware",
 ]
@@ -266,6 +269,16 @@ CHAT_FINAL_SAVE_SECONDS = env_number("CHAT_FINAL_SAVE_SECONDS", 120.0, float)
 # and whether API requests are also kept as conversations (off: only usage is recorded).
 API_HEARTBEAT_SECONDS = env_number("API_HEARTBEAT_SECONDS", 15.0, float)
 API_STORE_CONVERSATIONS = env_bool("API_STORE_CONVERSATIONS", False)
+# Overload (chat/overload.py): websocket connects beyond this many a second, or while this many
+# handshakes are unfinished, are closed with 4013 before any database work (0: no limit);
+# a socket's session -> user read is cached this long (a sign-out reaches new sockets after it).
+WS_CONNECTS_PER_SECOND = env_number("WS_CONNECTS_PER_SECOND", 200.0, float)
+WS_MAX_CONNECTING = env_number("WS_MAX_CONNECTING", 100)
+WS_SESSION_CACHE_SECONDS = env_number("WS_SESSION_CACHE_SECONDS", 5.0, float)
+# A /v1 request that cannot get the database (SQLite write lock held, PostgreSQL down) is
+# answered 503 with this Retry-After; SQLite's write lock is waited for this long first.
+API_DB_WAIT_SECONDS = env_number("API_DB_WAIT_SECONDS", 2.0, float)
+API_RETRY_AFTER_SECONDS = env_number("API_RETRY_AFTER_SECONDS", 5)
 
 # --- Limits per person and per token (chat/limits.py); 0 turns a limit off -----
 # Streams running at once per user on the page, per user over /v1/, and per API token.
@@ -288,6 +301,12 @@ UPSTREAM_PROVIDER_MAX_CONNECTIONS = env_number(
     "UPSTREAM_PROVIDER_MAX_CONNECTIONS", max(1, UPSTREAM_MAX_CONNECTIONS // 2)
 )
 UPSTREAM_PROVIDER_WAIT = env_number("UPSTREAM_PROVIDER_WAIT", 10.0, float)
+
+# --- Budgets (chat/budgets.py): monthly, per calendar month in TIME_ZONE -------
+# Everyone's budget unless a group or user Budget (admin, `manage.py budget`) says otherwise;
+# empty: no limit of that kind.
+BUDGET_DEFAULT_USD = env_number("BUDGET_DEFAULT_USD", None, Decimal)
+BUDGET_DEFAULT_TOKENS = env_number("BUDGET_DEFAULT_TOKENS", None)
 
 # An open socket re-reads its session before a send/regenerate/edit at most this often, seconds.
 CHAT_SESSION_CHECK_SECONDS = env_number("CHAT_SESSION_CHECK_SECONDS", 5.0, float)
@@ -327,6 +346,10 @@ if not 0 < CHAT_COALESCE_MS <= 30:
     raise ImproperlyConfigured("CHAT_COALESCE_MS must be between 1 and 30")
 if not 1 <= UPSTREAM_MAX_TOKENS <= MAX_TOKENS_LIMIT:
     raise ImproperlyConfigured("UPSTREAM_MAX_TOKENS must be between 1 and MAX_TOKENS_LIMIT")
+if BUDGET_DEFAULT_USD is not None and not (BUDGET_DEFAULT_USD.is_finite() and BUDGET_DEFAULT_USD >= 0):
+    raise ImproperlyConfigured("BUDGET_DEFAULT_USD must be an amount of USD, 0 or more")
+if BUDGET_DEFAULT_TOKENS is not None and BUDGET_DEFAULT_TOKENS < 0:
+    raise ImproperlyConfigured("BUDGET_DEFAULT_TOKENS must be 0 or more")
 if CHAT_FRAME_RATE <= 0 or CHAT_FRAME_BURST < 1 or API_MAX_N < 1:
     raise ImproperlyConfigured("CHAT_FRAME_RATE, CHAT_FRAME_BURST and API_MAX_N must be positive")
 if min(AUTH_LOCKOUT_FAILURES, AUTH_LOCKOUT_MINUTES, AUTH_HASH_CONCURRENCY) < 1:

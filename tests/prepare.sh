@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What the tests need outside Python: Debian's Chromium, and PostgreSQL and Redis running.
+# What the tests need outside Python: Debian's Chromium, nginx, and PostgreSQL and Redis running.
 set -euo pipefail
 
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
@@ -11,6 +11,13 @@ apt_install() {
 if [ ! -x /usr/bin/chromium ]; then
   echo "tests/prepare.sh: installing Debian's chromium"
   apt_install chromium
+fi
+
+# nginx only runs the repo's deploy/nginx/chat.conf in tests/test_deploy.py (never as a service);
+# without it those tests are skipped with a reason, so a failed install does not stop the rest.
+if ! command -v nginx >/dev/null && [ ! -x /usr/sbin/nginx ]; then
+  echo "tests/prepare.sh: installing nginx"
+  apt_install nginx || echo "tests/prepare.sh: nginx could not be installed; tests/test_deploy.py will be skipped" >&2
 fi
 
 if ! command -v pg_ctlcluster >/dev/null; then

@@ -6,7 +6,7 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.test import override_settings
 
-from chat import generation
+from chat import generation, process
 from chat.models import Conversation, Message, Usage
 from tests.conftest import MODELS
 
@@ -566,7 +566,7 @@ async def test_attach_when_the_stream_ends_before_its_snapshot_sends_the_saved_t
         status="streaming",
         content="saved text",
         model=I14,
-        worker_id=generation.worker_id(),
+        worker_id=process.worker_id(),
     )
     await ws.send(type="attach", conversation=conversation.pk)
     assert (await ws.receive())["message"] == reply.pk  # attached; no generation answers the snapshot request

@@ -153,17 +153,14 @@ def test_presets_cover_the_right_days():
     assert dashboard.preset_range("year", today) == (date(2026, 1, 1), today)
 
 
-def test_budget_share_uses_the_budgets_when_they_exist(team, django_user_model, monkeypatch):
-    """chat.models.budget_for (the budgets work) gives USD and/or token budgets; without one the cell is empty."""
-    from types import SimpleNamespace
+def test_budget_share_is_the_period_spend_over_each_persons_budget(team, django_user_model):
+    """Alice's own USD budget; bob's group's token budget; carol has none (no default set): an empty cell."""
+    from django.contrib.auth.models import Group
 
-    from chat import models as chat_models
+    from chat.budgets import Budget
 
-    budgets = {
-        "alice": SimpleNamespace(usd=Decimal("3.5"), tokens=None),
-        "bob": SimpleNamespace(usd=None, tokens=10200),
-    }
-    monkeypatch.setattr(chat_models, "budget_for", lambda user: budgets.get(user.username), raising=False)
+    Budget.objects.create(user_id=team["alice"], usd=Decimal("3.50"))
+    Budget.objects.create(group=Group.objects.get(name="research"), tokens=10200)
     carol = django_user_model.objects.get(username="carol")
     people = dashboard.figures(dashboard.parse_filters(MARCH, carol)).people
     shares = {person["username"]: person["budget_share"] for person in people}
@@ -260,6 +257,10 @@ def busy_month(users: dict[str, int]) -> None:
                     )
                 )
     Usage.objects.bulk_create(rows)
+    from chat.budgets import Budget
+
+    Budget.objects.create(user_id=users["alice"], usd=Decimal("25.00"))
+    Budget.objects.create(user_id=users["bob"], tokens=100_000)
 
 
 @pytest.fixture(scope="module")

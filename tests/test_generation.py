@@ -72,7 +72,8 @@ async def test_the_partial_save_loop_survives_database_errors(connect, alice, pr
     monkeypatch.setattr(settings, "CHAT_SAVE_INTERVAL", 0.2)
     monkeypatch.setattr(generation.Generation, "_save_partial", failing(generation.Generation._save_partial, 3, calls))
     _, _, ws = await connect(alice)
-    await ws.send(type="send", conversation=None, content="[[delay:20]] [[chunks:150]]", model=I14)
+    # 10 s of streaming: the three failed saves and their backoff (0.4 + 0.8 + 1.6 s) end well before it does.
+    await ws.send(type="send", conversation=None, content="[[delay:20]] [[chunks:500]]", model=I14)
     frames = await ws.until("delta")
     message_id = frames[0]["message"]
     while len(calls) < 5:  # three failures, then saves again

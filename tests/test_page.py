@@ -754,3 +754,41 @@ def test_a_3_mb_reply_streams_and_attaches_in_frames_under_the_limit(new_page, a
         sizes = [len(payload.encode()) if isinstance(payload, str) else len(payload) for payload in received]
         assert sizes and max(sizes) < DAPHNE_FRAME_LIMIT, (name, max(sizes))
     assert any('"type":"snapshot_part"' in payload for payload in frames["second"] if isinstance(payload, str))
+
+
+# --- the month's budget in the sidebar ---------------------------------------------------------
+
+
+def test_sidebar_shows_the_month_so_far_warns_at_80_percent_and_updates_after_each_answer(new_page, alice, providers):
+    from decimal import Decimal
+
+    from chat.models import Budget, Price, Usage
+    from tests.conftest import MODELS
+
+    Budget.objects.create(user=alice, usd=Decimal("1.00"))
+    Usage.objects.create(user=alice, model="m", status="complete", total_tokens=10, cost=Decimal("0.79"))
+    Price.objects.create(model=MODELS["i14"], prompt=Decimal("1000"), completion=Decimal("1000"))
+    page = new_page(alice)
+    open_chat(page)
+    meter = page.get_by_test_id("budget")
+    expect(meter).to_contain_text("$0.79 of $1.00")
+    expect(page.get_by_role("meter")).to_have_attribute("aria-valuenow", "79")
+    expect(page.locator("#budget-warning")).to_be_hidden()
+    # An answer priced at $1,000 a million tokens takes the month past 80 %.
+    wait_done(send(page, "[[chunks:40]] [[reasoning:0]] a pricey answer"))
+    expect(meter).not_to_contain_text("$0.79 of $1.00")
+    expect(page.locator("#budget-warning")).to_contain_text("% of your monthly budget; it resets on ")
+    # Used up: the next message is refused with the sentence, and the meter says so.
+    Usage.objects.create(user=alice, model="m", status="complete", cost=Decimal("1"))
+    box = page.get_by_label("Message")
+    box.fill("one more")
+    box.press("Enter")
+    expect(page.locator("#notice-text")).to_contain_text("Your monthly budget of $1.00 is used up")
+    expect(box).to_have_value("one more")  # nothing typed is lost
+    expect(page.locator("#budget-warning")).to_contain_text("Your monthly budget is used up; it resets on ")
+    expect(page.get_by_role("meter")).to_have_attribute("aria-valuenow", "100")
+
+
+def test_sidebar_shows_spending_without_a_bar_when_there_is_no_budget(page):
+    expect(page.get_by_test_id("budget")).to_contain_text("$0.00 spent")
+    expect(page.get_by_role("meter")).to_be_hidden()

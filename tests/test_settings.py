@@ -31,6 +31,21 @@ def test_check_deploy_is_clean_with_production_settings():
     assert "no issues" in result.stdout
 
 
+def production_example() -> dict[str, str]:
+    """deploy/env.production.example as an environment (KEY=value lines; comments and blanks skipped)."""
+    lines = (ROOT / "deploy" / "env.production.example").read_text().splitlines()
+    return dict(line.split("=", 1) for line in lines if line.strip() and not line.startswith("#"))
+
+
+def test_check_deploy_is_clean_with_the_production_example_in_deploy():
+    example = production_example()
+    assert example["DJANGO_DEBUG"] == "0" and example["DJANGO_HTTPS"] == "1"
+    # Checked without the PostgreSQL and Redis it names: the checks do not connect to them.
+    result = manage("check", "--deploy", "--fail-level", "WARNING", env=example)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "no issues" in result.stdout
+
+
 def test_check_deploy_warns_without_https():
     result = manage("check", "--deploy", "--fail-level", "WARNING", env={**PRODUCTION, "DJANGO_HTTPS": "0"})
     assert result.returncode != 0 and "SECURE_SSL_REDIRECT" in result.stderr

@@ -6,6 +6,21 @@ export function setCsrfToken(token) {
   csrfToken = token;
 }
 
+// A 503 means the server is busy (its database is not answering): reads are retried after a
+// pause with jitter while the page says so; a change is not retried (the user decides).
+const BUSY_RETRIES = 4;
+let onBusy = () => {};
+
+export function setBusyHandler(handler) {
+  onBusy = handler;
+}
+
+function pause(response, attempt) {
+  const asked = Number(response.headers.get("Retry-After")) || 2;
+  const seconds = Math.min(30, asked * 2 ** attempt) * (0.75 + Math.random() * 0.5);
+  return new Promise((resolve) => setTimeout(resolve, seconds * 1000));
+}
+
 export class ApiError extends Error {
   constructor(status, code, detail) {
     super(detail);
@@ -18,13 +33,21 @@ export async function api(path, { method = "GET", body, signal } = {}) {
   const headers = { Accept: "application/json" };
   if (body !== undefined) headers["Content-Type"] = "application/json";
   if (method !== "GET") headers["X-CSRFToken"] = csrfToken;
-  const response = await fetch(path, {
-    method,
-    headers,
-    body: body === undefined ? undefined : JSON.stringify(body),
-    credentials: "same-origin",
-    signal,
-  });
+  const request = () =>
+    fetch(path, {
+      method,
+      headers,
+      body: body === undefined ? undefined : JSON.stringify(body),
+      credentials: "same-origin",
+      signal,
+    });
+  let response = await request();
+  for (let attempt = 0; response.status === 503 && method === "GET" && attempt < BUSY_RETRIES; attempt++) {
+    onBusy(true);
+    await pause(response, attempt);
+    response = await request();
+  }
+  if (method === "GET") onBusy(response.status === 503);
   if (response.status === 401) {
     // The session ended: back to the sign-in page, then here again.
     location.assign(`/accounts/login/?next=${encodeURIComponent(location.pathname)}`);

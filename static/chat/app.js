@@ -1,9 +1,9 @@
 // The chat page: wires the socket, the sidebar, the settings and the message views together.
-import { api, setCsrfToken } from "./api.js";
+import { api, setBusyHandler, setCsrfToken } from "./api.js";
 import { MessageView } from "./messages.js";
 import { handleCopyClicks } from "./render.js";
 import { ModelPicker, SettingsPanel } from "./settings.js";
-import { Sidebar } from "./sidebar.js";
+import { BudgetMeter, Sidebar } from "./sidebar.js";
 import { ChatSocket, socketUrl } from "./socket.js";
 
 const config = JSON.parse(document.getElementById("chat-config").textContent);
@@ -44,6 +44,15 @@ function showNotice(text) {
   ui.noticeText.textContent = text;
   ui.notice.hidden = false;
 }
+
+// The server answers `server_busy` (a frame) or 503 (HTTP) while its database is not answering.
+const BUSY_TEXT = "The server is busy; retrying…";
+const BUSY_RETRIES = 4;
+function showBusy(busy) {
+  if (busy) showNotice(BUSY_TEXT);
+  else if (ui.noticeText.textContent === BUSY_TEXT) ui.notice.hidden = true;
+}
+setBusyHandler(showBusy);
 $("notice-close").addEventListener("click", () => (ui.notice.hidden = true));
 
 // Follow the bottom while the user is there; scrolling up to read stops the following.
@@ -174,9 +183,22 @@ function submit(frame, pending) {
     return false;
   }
   ui.notice.hidden = true;
-  state.pending = pending;
+  state.pending = Object.assign(pending, { frame, tries: 0 });
   updateComposer();
   return true;
+}
+
+// Nothing was stored for a frame refused as busy, so sending it again cannot duplicate it.
+function retryBusy(pending) {
+  pending.tries += 1;
+  showBusy(true);
+  const delay = Math.min(16000, 1000 * 2 ** pending.tries) * (0.75 + Math.random() * 0.5);
+  setTimeout(() => {
+    if (state.pending !== pending) return;
+    if (!socket.send(pending.frame)) {
+      onError({ code: "disconnected", detail: "Not connected to the server; try again once it is back." });
+    }
+  }, delay);
 }
 
 function sendMessage() {
@@ -233,6 +255,7 @@ function isOurs(frame) {
 function onStarted(frame) {
   if (isOurs(frame)) {
     const pending = state.pending;
+    showBusy(false);
     state.pending = null;
     if (state.conversation === null) {
       state.conversation = frame.conversation;
@@ -280,6 +303,7 @@ function onDone(frame) {
     if (document.activeElement === document.body || !document.activeElement) ui.input.focus();
   }
   sidebar.refresh();
+  budget.refresh();
 }
 
 function onAttached(frame) {
@@ -297,6 +321,10 @@ function onAttached(frame) {
 
 function onError(frame) {
   const pending = state.pending;
+  if (frame.code === "server_busy" && pending && pending.tries < BUSY_RETRIES) {
+    retryBusy(pending);
+    return;
+  }
   if (pending && frame.code !== "not_streaming") {
     state.pending = null;
     if (pending.kind === "send") {
@@ -307,6 +335,7 @@ function onError(frame) {
   }
   updateComposer();
   if (frame.code !== "not_streaming") showNotice(frame.detail || `Error: ${frame.code}`);
+  if (frame.code === "budget_exceeded") budget.refresh();
 }
 
 function onFrame(frame) {
@@ -338,6 +367,7 @@ const sidebar = new Sidebar({
   deleted: (id) => id === state.conversation && newChat(),
   error: showNotice,
 });
+const budget = new BudgetMeter();
 const picker = new ModelPicker($("model"));
 const settings = new SettingsPanel({ conversation: () => state.conversation, onError: showNotice });
 
@@ -354,8 +384,9 @@ const socket = new ChatSocket(socketUrl(config.wsPath), {
       attach(state.conversation);
     }
   },
-  onDown() {
+  onDown(busy) {
     document.documentElement.dataset.socket = "down";
+    ui.reconnecting.textContent = busy ? BUSY_TEXT : "Reconnecting…";
     ui.reconnecting.hidden = false;
     if (state.pending) onError({ code: "disconnected", detail: "The connection dropped before the server answered." });
   },
@@ -420,6 +451,7 @@ window.addEventListener("popstate", () => route());
 // --- start ---------------------------------------------------------------------
 
 sidebar.refresh();
+budget.refresh();
 picker
   .load()
   .then(() => picker.choose(state.model))

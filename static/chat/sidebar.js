@@ -158,3 +158,57 @@ export class Sidebar {
     }
   }
 }
+
+const WARN_AT = 0.8;
+
+function usd(amount) {
+  const value = Number(amount);
+  return `$${value.toFixed(value > 0 && value < 0.01 ? 4 : 2)}`;
+}
+
+/** The person's month so far under the conversation list: spent / budget, a thin bar, a warning at 80 %. */
+export class BudgetMeter {
+  constructor() {
+    this.box = document.getElementById("budget");
+    this.text = document.getElementById("budget-text");
+    this.bar = document.getElementById("budget-bar");
+    this.fill = document.getElementById("budget-fill");
+    this.warning = document.getElementById("budget-warning");
+  }
+
+  async refresh() {
+    try {
+      this.render(await api("/api/budget"));
+    } catch {
+      // The meter is a hint: a failed refresh keeps the last figures, the next `done` tries again.
+    }
+  }
+
+  render(month) {
+    const parts = [];
+    if (month.usd.limit !== null) parts.push(`${usd(month.usd.spent)} of ${usd(month.usd.limit)}`);
+    else parts.push(`${usd(month.usd.spent)} spent`);
+    if (month.tokens.limit !== null) {
+      parts.push(`${month.tokens.spent.toLocaleString()} of ${month.tokens.limit.toLocaleString()} tokens`);
+    }
+    this.text.textContent = parts.join(" · ");
+    // The bar shows the tighter of the two limits.
+    const shares = [month.usd.share, month.tokens.share].filter((share) => share !== null);
+    const share = shares.length ? Math.max(...shares) : null;
+    this.bar.hidden = share === null;
+    if (share !== null) {
+      const percent = Math.min(100, Math.round(share * 100));
+      this.fill.style.width = `${percent}%`;
+      this.bar.setAttribute("aria-valuenow", String(percent));
+    }
+    const resets = new Date(`${month.resets_on}T00:00:00`).toLocaleDateString(undefined, { day: "numeric", month: "long" });
+    this.box.classList.toggle("warn", share !== null && share >= WARN_AT && share < 1);
+    this.box.classList.toggle("over", share !== null && share >= 1);
+    this.warning.hidden = share === null || share < WARN_AT;
+    this.warning.textContent =
+      share !== null && share >= 1
+        ? `Your monthly budget is used up; it resets on ${resets}.`
+        : `You have used ${Math.floor((share ?? 0) * 100)} % of your monthly budget; it resets on ${resets}.`;
+    this.box.hidden = false;
+  }
+}

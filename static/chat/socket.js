@@ -3,6 +3,9 @@
 const FIRST_DELAY_MS = 500;
 const MAX_DELAY_MS = 10000;
 const UNAUTHENTICATED = 4401; // the server's close code for a signed-out session
+const TRY_AGAIN_LATER = 4013; // the server is overloaded (chat/overload.py): back off harder
+const BUSY_FIRST_ATTEMPT = 2; // so the first retry after a 4013 comes after about 2 s, not 0.5 s
+const SETTLE_MS = 200;
 
 export function socketUrl(path) {
   const scheme = location.protocol === "https:" ? "wss:" : "ws:";
@@ -10,7 +13,7 @@ export function socketUrl(path) {
 }
 
 export class ChatSocket {
-  /** handlers: onFrame(frame), onOpen(isReconnect), onDown(), onSignedOut() */
+  /** handlers: onFrame(frame), onOpen(isReconnect), onDown(busy), onSignedOut() */
   constructor(url, handlers) {
     this.url = url;
     this.handlers = handlers;
@@ -32,11 +35,17 @@ export class ChatSocket {
     this.timer = 0;
     const ws = new WebSocket(this.url);
     this.ws = ws;
+    let settling = 0;
     ws.addEventListener("open", () => {
-      const reconnect = this.everOpened || this.attempt > 0;
-      this.attempt = 0;
-      this.everOpened = true;
-      this.handlers.onOpen(reconnect);
+      // An overloaded server accepts and closes at once (4013): only a socket that stays open
+      // counts, so a refused one neither resets the backoff nor makes the page reload its data.
+      settling = setTimeout(() => {
+        settling = 0;
+        const reconnect = this.everOpened || this.attempt > 0;
+        this.attempt = 0;
+        this.everOpened = true;
+        this.handlers.onOpen(reconnect);
+      }, SETTLE_MS);
     });
     ws.addEventListener("message", (event) => {
       let frame;
@@ -48,13 +57,16 @@ export class ChatSocket {
       this.handlers.onFrame(frame);
     });
     ws.addEventListener("close", (event) => {
+      clearTimeout(settling);
       if (this.ws !== ws || this.leaving) return;
       this.ws = null;
       if (event.code === UNAUTHENTICATED) {
         this.handlers.onSignedOut();
         return;
       }
-      this.handlers.onDown();
+      const busy = event.code === TRY_AGAIN_LATER;
+      if (busy) this.attempt = Math.max(this.attempt, BUSY_FIRST_ATTEMPT);
+      this.handlers.onDown(busy);
       this.scheduleReconnect();
     });
   }

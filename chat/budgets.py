@@ -1,0 +1,472 @@
+"""Prices, costs and monthly budgets: what a stream costs and whether a person may start one.
+
+A stream reserves its worst case on its own usage row (`reserved_usd`, `reserved_tokens`)
+in the transaction that checks the budget and creates the row, with the user's row
+locked (chat/limits.py). What a person has spent this month is the settled cost and
+tokens of their finished rows plus the reservations of the rows still `streaming`; the
+final save of a stream (or the orphan sweep) moves the row off `streaming`, which
+releases the reservation and counts the real usage instead. Nothing else has to
+remember to give a reservation back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import Group
+from django.core.exceptions import ValidationError
+from django.db import connection, models
+from django.db.models import F, Q, Sum
+from django.utils import timezone
+
+MILLION = Decimal(1_000_000)
+CENT_FRACTIONS = Decimal("0.00000001")  # the cost column's 8 decimal places
+PRICE_PLACES = Decimal("0.000001")
+CENTS = Decimal("0.01")
+
+
+# --- prices -------------------------------------------------------------------
+
+
+class PriceQuerySet(models.QuerySet):
+    def in_force(self, provider_id: int | None, model: str, at: datetime) -> Price | None:
+        """The price of a model at a moment: the newest in force then; the provider's own before an any-provider one."""
+        return (
+            self.filter(model=model, effective_from__lte=at)
+            .filter(Q(provider_id=provider_id) | Q(provider__isnull=True))
+            .order_by(F("provider_id").asc(nulls_last=True), "-effective_from")
+            .first()
+        )
+
+
+class Price(models.Model):
+    """A model's price in USD per million tokens, from a date on (a new row for a change keeps history right)."""
+
+    provider = models.ForeignKey(
+        "chat.Provider",
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="prices",
+        help_text="Empty: this model id at any provider without a price of its own.",
+    )
+    model = models.CharField("model id", max_length=300, help_text="As sent upstream, without the provider prefix.")
+    prompt = models.DecimalField("prompt (USD / M tokens)", max_digits=12, decimal_places=6)
+    completion = models.DecimalField("completion (USD / M tokens)", max_digits=12, decimal_places=6)
+    reasoning = models.DecimalField(
+        "reasoning (USD / M tokens)",
+        max_digits=12,
+        decimal_places=6,
+        null=True,
+        blank=True,
+        help_text="Empty: the completion price.",
+    )
+    cached_prompt = models.DecimalField(
+        "cached prompt (USD / M tokens)",
+        max_digits=12,
+        decimal_places=6,
+        null=True,
+        blank=True,
+        help_text="Empty: the prompt price.",
+    )
+    effective_from = models.DateTimeField(default=timezone.now, help_text="Streams started from then on use it.")
+
+    objects = PriceQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["model", "-effective_from"]
+        indexes = [models.Index(fields=["model", "-effective_from"])]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(prompt__gte=0)
+                & Q(completion__gte=0)
+                & (Q(reasoning__isnull=True) | Q(reasoning__gte=0))
+                & (Q(cached_prompt__isnull=True) | Q(cached_prompt__gte=0)),
+                name="price_not_negative",
+            )
+        ]
+
+    def __str__(self) -> str:
+        where = self.provider.name if self.provider_id else "any provider"
+        return f"{self.model} at {where} from {self.effective_from:%Y-%m-%d}"
+
+    def cost(self, prompt: int, completion: int, reasoning: int = 0, cached: int = 0) -> Decimal:
+        """USD for these counts; completion includes reasoning (OpenAI's counting), prompt includes cached."""
+        reasoning = min(reasoning, completion)
+        cached = min(cached, prompt)
+        total = (
+            (prompt - cached) * self.prompt
+            + cached * (self.cached_prompt if self.cached_prompt is not None else self.prompt)
+            + (completion - reasoning) * self.completion
+            + reasoning * (self.reasoning if self.reasoning is not None else self.completion)
+        )
+        return (total / MILLION).quantize(CENT_FRACTIONS)
+
+    def worst_case(self, prompt: int, completion: int) -> Decimal:
+        """The most a request can cost: every completion token at the dearer of completion and reasoning."""
+        dearest = max(self.completion, self.reasoning if self.reasoning is not None else self.completion)
+        return ((prompt * self.prompt + completion * dearest) / MILLION).quantize(CENT_FRACTIONS)
+
+
+def priced(provider_id: int | None, model: str, started: datetime, fields: dict[str, Any]) -> dict[str, Any]:
+    """The cost fields of a finished stream: the upstream's reported cost, else the price in force, else none."""
+    if fields.get("cost") is not None:
+        return {"cost": fields["cost"], "cost_source": "reported", "cost_estimated": False}
+    price = Price.objects.in_force(provider_id, model, started)
+    if price is None:
+        return {"cost": None, "cost_source": "unknown", "cost_estimated": False}
+    cost = price.cost(
+        fields.get("prompt_tokens") or 0, fields.get("completion_tokens") or 0, fields.get("reasoning_tokens") or 0
+    )
+    return {"cost": cost, "cost_source": "computed", "cost_estimated": bool(fields.get("estimated"))}
+
+
+def price_unpriced(rows) -> None:
+    """Give finished rows with no cost yet (e.g. swept orphans) the cost of the price table."""
+    for row in rows.filter(cost__isnull=True).exclude(status="streaming"):
+        fields = priced(
+            row.provider_id,
+            row.model,
+            row.started,
+            {
+                "prompt_tokens": row.prompt_tokens,
+                "completion_tokens": row.completion_tokens,
+                "reasoning_tokens": row.reasoning_tokens,
+                "estimated": row.estimated,
+            },
+        )
+        type(row).objects.filter(pk=row.pk).update(**fields)
+
+
+# --- budgets ------------------------------------------------------------------
+
+
+class Budget(models.Model):
+    """A monthly limit in USD and/or tokens for one user, one group or one API token (empty: no limit of that kind)."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, null=True, blank=True, related_name="budget"
+    )
+    group = models.OneToOneField(Group, on_delete=models.CASCADE, null=True, blank=True, related_name="budget")
+    token = models.OneToOneField(
+        "chat.ApiToken", on_delete=models.CASCADE, null=True, blank=True, related_name="budget"
+    )
+    usd = models.DecimalField(
+        "USD a month", max_digits=12, decimal_places=2, null=True, blank=True, help_text="Empty: no USD limit."
+    )
+    tokens = models.PositiveBigIntegerField("tokens a month", null=True, blank=True, help_text="Empty: no token limit.")
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=(
+                    Q(user__isnull=False, group__isnull=True, token__isnull=True)
+                    | Q(user__isnull=True, group__isnull=False, token__isnull=True)
+                    | Q(user__isnull=True, group__isnull=True, token__isnull=False)
+                ),
+                name="budget_for_one_user_group_or_token",
+            ),
+            models.CheckConstraint(condition=Q(usd__isnull=True) | Q(usd__gte=0), name="budget_usd_not_negative"),
+        ]
+
+    def __str__(self) -> str:
+        return f"budget of {self.user or self.group or self.token}"
+
+    def clean(self) -> None:
+        super().clean()
+        if sum(x is not None for x in (self.user_id, self.group_id, self.token_id)) != 1:
+            raise ValidationError("A budget is for exactly one of: a user, a group, an API token.")
+
+
+@dataclass(frozen=True)
+class Limit:
+    """A monthly budget: USD and tokens (None: no limit of that kind), and where it comes from."""
+
+    usd: Decimal | None
+    tokens: int | None
+    source: str  # user, group, default or token
+
+    @property
+    def limited(self) -> bool:
+        return self.usd is not None or self.tokens is not None
+
+
+@dataclass(frozen=True)
+class Spent:
+    """Settled cost and tokens of finished streams plus the reservations of running ones."""
+
+    usd: Decimal
+    tokens: int
+
+
+def default_limit() -> Limit:
+    return Limit(settings.BUDGET_DEFAULT_USD, settings.BUDGET_DEFAULT_TOKENS, "default")
+
+
+def budget_rows(user, token=None) -> list[dict[str, Any]]:
+    """The budget rows that may apply to a user (their own, their groups') and to a token, in one query.
+
+    Plain SQL, like spent_by(): it runs on every stream start.
+    """
+    quote = connection.ops.quote_name
+    memberships = quote(Group.user_set.through._meta.db_table)
+    sql = (
+        f"SELECT b.user_id, b.token_id, b.usd, b.tokens FROM {quote(Budget._meta.db_table)} b "
+        f"LEFT JOIN {memberships} m ON m.group_id = b.group_id AND m.user_id = %s "
+        "WHERE b.user_id = %s OR m.user_id IS NOT NULL OR b.token_id = %s"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [user.pk, user.pk, token.pk if token is not None else None])
+        return [
+            {"user_id": u, "token_id": t, "usd": None if usd is None else _decimal(usd, CENTS), "tokens": tokens}
+            for u, t, usd, tokens in cursor.fetchall()
+        ]
+
+
+def budget_for(user, rows: list[dict[str, Any]] | None = None) -> Limit:
+    """A user's monthly budget: their own row, else the most generous of their groups', else the default."""
+    if rows is None:
+        rows = budget_rows(user)
+    rows = [row for row in rows if row["token_id"] is None]
+    own = next((row for row in rows if row["user_id"] is not None), None)
+    if own is not None:
+        return Limit(own["usd"], own["tokens"], "user")
+    if rows:
+        # No limit of a kind in one group means no limit of that kind: the most generous wins.
+        usd = [row["usd"] for row in rows]
+        tokens = [row["tokens"] for row in rows]
+        return Limit(
+            None if None in usd else max(usd),
+            None if None in tokens else max(tokens),
+            "group",
+        )
+    return default_limit()
+
+
+def token_budget(token, rows: list[dict[str, Any]] | None = None) -> Limit | None:
+    """An API token's own monthly limit, on top of its owner's; None when it has none."""
+    if rows is None:
+        rows = list(Budget.objects.filter(token=token).values("user_id", "token_id", "usd", "tokens"))
+    row = next((row for row in rows if row["token_id"] == token.pk), None)
+    return Limit(row["usd"], row["tokens"], "token") if row else None
+
+
+def month_start(now: datetime | None = None) -> datetime:
+    """The first moment of the current calendar month in TIME_ZONE."""
+    local = timezone.localtime(now)
+    return timezone.make_aware(datetime(local.year, local.month, 1))
+
+
+def next_month_start(now: datetime | None = None) -> datetime:
+    start = month_start(now)
+    return timezone.make_aware(datetime(start.year + start.month // 12, start.month % 12 + 1, 1))
+
+
+def alive_since(now: datetime | None = None) -> datetime:
+    """Streaming rows started before this hold no reservation."""
+    # A row still `streaming` after the longest possible stream was left by a dead process
+    # that nothing swept: its reservation stops counting (as it stops holding a stream place).
+    return (now or timezone.now()) - timedelta(seconds=settings.UPSTREAM_DEADLINE + 60)
+
+
+def spent(rows, since: datetime) -> Spent:
+    """What these usage rows spent since a moment: settled rows' cost and tokens plus running rows' reservations."""
+    streaming = Q(status="streaming")
+    alive = streaming & Q(started__gt=alive_since())
+    totals = rows.filter(started__gte=since).aggregate(
+        settled_usd=Sum("cost", filter=~streaming),
+        settled_tokens=Sum("total_tokens", filter=~streaming),
+        reserved_usd=Sum("reserved_usd", filter=alive),
+        reserved_tokens=Sum("reserved_tokens", filter=alive),
+    )
+    return Spent(
+        # Quantized: SQLite sums its decimal columns as floats (0.19999999999999 for 0.2).
+        usd=_decimal(totals["settled_usd"]) + _decimal(totals["reserved_usd"]),
+        tokens=(totals["settled_tokens"] or 0) + (totals["reserved_tokens"] or 0),
+    )
+
+
+# --- enforcement --------------------------------------------------------------
+
+
+class BudgetExceeded(Exception):
+    """A stream refused because a monthly budget is used up; `detail` is the sentence for the person."""
+
+    code = "budget_exceeded"
+    prompt_tokens = 0  # the refused request's estimate, for its usage row
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """A stream's worst case, written on its usage row while it streams."""
+
+    usd: Decimal | None
+    tokens: int
+
+
+# Price.objects.in_force() as a scalar subquery, one per price column.
+PRICE_SUBQUERY = (
+    "(SELECT {column} FROM {table} WHERE model = %s AND effective_from <= %s "
+    "AND (provider_id = %s OR provider_id IS NULL) "
+    "ORDER BY CASE WHEN provider_id IS NULL THEN 1 ELSE 0 END, effective_from DESC LIMIT 1)"
+)
+
+
+def reserve(user, *, token=None, provider_id: int | None, model: str, prompt_tokens: int, max_tokens: int,
+            now: datetime | None = None) -> Reservation:  # fmt: skip
+    """Refuse a new stream over a monthly budget, else its reservation; call with the user's row locked.
+
+    A stream may start while what is spent and reserved is under the limit: N simultaneous
+    requests overspend by at most the one reservation that crossed it.
+    """
+    now = now or timezone.now()
+    rows = budget_rows(user, token)
+    limit = budget_for(user, rows)
+    own = token_budget(token, rows) if token is not None else None
+    since = month_start(now)
+    # The USD worst case needs the price table, and only a USD limit needs it: the price
+    # comes with the first month's sum, so a stream start costs one or two round trips.
+    price_of = (provider_id, model) if limit.usd is not None or (own is not None and own.usd is not None) else None
+    price = None
+    if limit.limited:
+        used, price = _month_and_price("user_id", user.pk, since, now, price_of)
+        _check(limit, used, "Your", now)
+    if own is not None and own.limited:
+        used, token_price = _month_and_price("token_id", token.pk, since, now, None if limit.limited else price_of)
+        price = price or token_price
+        _check(own, used, "This API token's", now)
+    usd = price.worst_case(prompt_tokens, max_tokens) if price is not None else None
+    return Reservation(usd, prompt_tokens + max_tokens)
+
+
+def spent_by(column: str, value: int, since: datetime, now: datetime) -> Spent:
+    """spent() for one user or token, in plain SQL (see _month_and_price)."""
+    return _month_and_price(column, value, since, now, None)[0]
+
+
+def _month_and_price(column: str, value: int, since: datetime, now: datetime,
+                     price_of: tuple[int | None, str] | None) -> tuple[Spent, Price | None]:  # fmt: skip
+    """What a user or token spent since a moment, and the price in force for (provider, model) if asked.
+
+    Plain SQL: it runs on every stream start, where the ORM's compiling of four filtered
+    sums costs more than the query itself.
+    """
+    ops = connection.ops
+    alive = ops.adapt_datetimefield_value(alive_since(now))
+    sql = (
+        "SELECT SUM(CASE WHEN status <> %s THEN cost END), SUM(CASE WHEN status <> %s THEN total_tokens END), "
+        "SUM(CASE WHEN status = %s AND started > %s THEN reserved_usd END), "
+        "SUM(CASE WHEN status = %s AND started > %s THEN reserved_tokens END)"
+    )
+    params: list[Any] = ["streaming", "streaming", "streaming", alive, "streaming", alive]
+    if price_of is not None:
+        table = ops.quote_name(Price._meta.db_table)
+        for column_name in ("prompt", "completion", "reasoning"):
+            sql += ", " + PRICE_SUBQUERY.format(column=column_name, table=table)
+            params += [price_of[1], ops.adapt_datetimefield_value(now), price_of[0]]
+    sql += f" FROM {ops.quote_name(Usage._meta.db_table)} WHERE {column} = %s AND started >= %s"
+    params += [value, ops.adapt_datetimefield_value(since)]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        settled_usd, settled_tokens, reserved_usd, reserved_tokens, *prices = cursor.fetchone()
+    used = Spent(usd=_decimal(settled_usd) + _decimal(reserved_usd),
+                 tokens=int(settled_tokens or 0) + int(reserved_tokens or 0))  # fmt: skip
+    price = None
+    if prices and prices[0] is not None:
+        prompt, completion, reasoning = (None if v is None else _decimal(v, PRICE_PLACES) for v in prices)
+        price = Price(prompt=prompt, completion=completion, reasoning=reasoning)
+    return used, price
+
+
+def _decimal(value, places: Decimal = CENT_FRACTIONS) -> Decimal:
+    # SQLite hands back decimal columns (and their sums) as floats, ints or text; PostgreSQL as Decimal.
+    if value is None:
+        return Decimal(0)
+    return (value if isinstance(value, Decimal) else Decimal(str(value))).quantize(places)
+
+
+def _check(limit: Limit, used: Spent, whose: str, now: datetime) -> None:
+    resets = f"it resets on {format_day(next_month_start(now))}"
+    if limit.usd is not None and used.usd >= limit.usd:
+        raise BudgetExceeded(
+            f"{whose} monthly budget of {format_usd(limit.usd)} is used up "
+            f"({format_usd(used.usd)} spent or reserved this month); {resets}."
+        )
+    if limit.tokens is not None and used.tokens >= limit.tokens:
+        raise BudgetExceeded(
+            f"{whose} monthly budget of {limit.tokens:,} tokens is used up "
+            f"({used.tokens:,} used or reserved this month); {resets}."
+        )
+
+
+def format_usd(amount: Decimal) -> str:
+    return f"${amount.quantize(Decimal('0.01')):,}"
+
+
+def format_day(moment: datetime) -> str:
+    local = timezone.localtime(moment)
+    return f"{local.day} {local:%B %Y}"
+
+
+def refuse(user, *, source: str, token=None, provider_id: int | None, model: str, prompt_tokens: int,
+           detail: str) -> None:  # fmt: skip
+    """Record a refused stream (nothing went upstream), outside the rolled-back transaction that refused it."""
+    now = timezone.now()
+    Usage.objects.create(
+        user=user,
+        token=token,
+        provider_id=provider_id,
+        source=source,
+        model=model,
+        status="refused",
+        prompt_tokens=prompt_tokens,
+        started=now,
+        ended=now,
+        error=detail,
+        cost_source="unknown",
+    )
+
+
+def summary(user, now: datetime | None = None) -> dict[str, Any]:
+    """A person's month so far, for the page's sidebar and `manage.py budget`."""
+    now = now or timezone.now()
+    limit = budget_for(user)
+    used = spent(Usage.objects.filter(user=user), month_start(now))
+
+    def share(used_amount, limit_amount) -> float | None:
+        if limit_amount is None:
+            return None
+        return 1.0 if limit_amount == 0 else float(used_amount / limit_amount)
+
+    return {
+        "usd": {
+            "limit": f"{limit.usd:f}" if limit.usd is not None else None,
+            "spent": f"{used.usd.quantize(CENT_FRACTIONS):f}",
+            "remaining": f"{max(limit.usd - used.usd, Decimal(0)).quantize(CENT_FRACTIONS):f}"
+            if limit.usd is not None
+            else None,
+            "share": share(used.usd, limit.usd),
+        },
+        "tokens": {
+            "limit": limit.tokens,
+            "spent": used.tokens,
+            "remaining": max(limit.tokens - used.tokens, 0) if limit.tokens is not None else None,
+            "share": share(used.tokens, limit.tokens),
+        },
+        "source": limit.source,
+        "since": month_start(now).isoformat(),
+        "resets": next_month_start(now).isoformat(),
+        "resets_on": timezone.localdate(next_month_start(now)).isoformat(),
+    }
+
+
+from .models import Usage  # noqa: E402  (chat.models imports this module at its end)

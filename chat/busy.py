@@ -1,0 +1,86 @@
+"""When the database cannot be had (SQLite's write lock held, PostgreSQL down): wait briefly, then say so.
+
+One place maps those errors to answers: a 503 with `Retry-After` (in OpenAI's shape
+under /v1/, the page API's under /api/, a sentence elsewhere), and `server_busy` frames
+on the websocket (chat/consumers.py).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from contextlib import contextmanager
+
+import orjson
+from django.conf import settings
+from django.db import DatabaseError, InterfaceError, OperationalError, connection
+from django.http import HttpResponse
+from django.utils.deprecation import MiddlewareMixin
+
+from .relay import error_body
+
+log = logging.getLogger(__name__)
+
+# "database is locked", connection refused or dropped: worth a retry later, unlike a bad query.
+UNAVAILABLE = (OperationalError, InterfaceError)
+MESSAGE = "The server is busy (its database is not answering); nothing was changed. Try again in a few seconds."
+
+
+def is_unavailable(exc: BaseException) -> bool:
+    return isinstance(exc, UNAVAILABLE)
+
+
+@contextmanager
+def short_wait(seconds: float):
+    """Wait at most `seconds` for SQLite's write lock in this block (the busy timeout is 20 s otherwise)."""
+    if connection.vendor != "sqlite":
+        yield
+        return
+    connection.ensure_connection()
+    with connection.cursor() as cursor:
+        cursor.execute(f"PRAGMA busy_timeout = {int(seconds * 1000)}")
+    try:
+        yield
+    finally:
+        timeout = settings.DATABASES["default"].get("OPTIONS", {}).get("timeout", 5)
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
+        except DatabaseError:
+            connection.close()  # a fresh connection gets the configured timeout back
+
+
+def waiting_briefly(function, seconds: float | None = None):
+    """`function` run under short_wait (API_DB_WAIT_SECONDS unless given)."""
+
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        with short_wait(settings.API_DB_WAIT_SECONDS if seconds is None else seconds):
+            return function(*args, **kwargs)
+
+    return wrapper
+
+
+def busy_response(path: str) -> HttpResponse:
+    """A 503 with Retry-After: OpenAI's error shape under /v1/, the page API's under /api/, else a sentence."""
+    if path.startswith("/v1/"):
+        response = HttpResponse(
+            error_body(MESSAGE, "server_error", "database_unavailable"), status=503, content_type="application/json"
+        )
+    elif path.startswith("/api/"):
+        body = orjson.dumps({"error": {"code": "server_busy", "detail": MESSAGE}})
+        response = HttpResponse(body, status=503, content_type="application/json")
+    else:
+        response = HttpResponse(MESSAGE, status=503, content_type="text/plain; charset=utf-8")
+    response["Retry-After"] = str(settings.API_RETRY_AFTER_SECONDS)
+    return response
+
+
+class DatabaseBusyMiddleware(MiddlewareMixin):
+    """Turns a database that cannot be had into a 503 with Retry-After instead of an HTML 500."""
+
+    def process_exception(self, request, exc):
+        if not is_unavailable(exc):
+            return None
+        log.warning("database unavailable for %s %s: %s", request.method, request.path, exc)
+        return busy_response(request.path)

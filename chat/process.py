@@ -1,0 +1,214 @@
+"""What each serving process runs beside its streams: its lease, its control listener, the orphan sweep.
+
+Each serving process has one Worker row (a lease, renewed every CHAT_LEASE_SECONDS/4
+by a loop of its own) and ONE control listener on a process-wide channel, started
+once and never cancelled while the process serves: every streaming row records its
+worker, so a socket on any process sends `stop` and `snapshot` requests to the
+owner's channel with the message id, and the listener routes them to the running
+stream. A per-stream listener cancelled at the end of each stream would, on
+channels-redis, drop whatever message its BZPOPMIN had just popped (channels-redis
+#151, #165); chat/layers.py also makes every receive cancel-safe. With several
+processes (REDIS_URL), each one sweeps for streams whose worker's lease expired,
+marks them interrupted with estimated usage and tells their watchers with `done`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
+from django.conf import settings
+
+from .generation import Generation, running_generation, send_done, track
+from .models import Message, Usage, Worker
+
+log = logging.getLogger(__name__)
+
+
+def lease() -> timedelta:
+    """A worker whose heartbeat is older than this is dead; its streams are orphans."""
+    return timedelta(seconds=settings.CHAT_LEASE_SECONDS)
+
+
+# --- orphans ------------------------------------------------------------------
+
+
+async def announce_recovered(messages: list[Message]) -> None:
+    """Tell sockets watching a recovered conversation that its stream ended."""
+    for message in messages:
+        usage = await Usage.objects.filter(message=message).afirst()
+        await send_done(
+            message.conversation_id,
+            message.pk,
+            message.status,
+            None,
+            usage.as_frame() if usage else None,
+            message.error,
+        )
+
+
+# --- the process: its lease, its control listener, its sweep -------------------
+
+
+@dataclass
+class Process:
+    """What this serving process runs beside its streams, per event loop."""
+
+    loop: asyncio.AbstractEventLoop
+    worker_id: int
+    channel: str
+    # loop time since which every lease renewal succeeded (None: the last one failed)
+    renewed_since: float | None
+    tasks: list[asyncio.Task]
+
+
+_process: Process | None = None
+_starting: dict[asyncio.AbstractEventLoop, asyncio.Future] = {}
+
+
+async def ensure_started() -> Process | None:
+    """Register this process's lease and start its control listener (and, with Redis, lease and sweep) once."""
+    loop = asyncio.get_running_loop()
+    if _process is not None and _process.loop is loop:
+        return _process
+    starting = _starting.get(loop)
+    if starting is None:
+        starting = _starting[loop] = loop.create_task(_start(loop))
+        starting.add_done_callback(lambda _: _starting.pop(loop, None))
+    return await asyncio.shield(starting)
+
+
+async def _start(loop: asyncio.AbstractEventLoop) -> Process | None:
+    global _process
+    channel = await get_channel_layer().new_channel()
+    try:
+        # Off the thread every socket's database work shares: a locked SQLite must not stall them all here.
+        worker = await database_sync_to_async(Worker.register, thread_sensitive=False)(channel)
+    except Exception as exc:
+        log.error("cannot register this process's lease (%s); will try again with the next socket", exc)
+        return None
+    process = Process(loop, worker.pk, channel, loop.time(), [])
+    process.tasks.append(loop.create_task(_listen_forever(channel), name="control-listener"))
+    if settings.REDIS_URL:  # other processes may own streams: keep our lease, sweep theirs
+        process.tasks.append(loop.create_task(_renew_forever(process), name="lease"))
+        process.tasks.append(loop.create_task(_sweep_forever(process), name="orphan-sweeper"))
+    _process = process
+    return process
+
+
+def worker_id() -> int | None:
+    """This process's worker id on the running loop (None before ensure_started)."""
+    if _process is not None and _process.loop is asyncio.get_running_loop():
+        return _process.worker_id
+    return None
+
+
+async def _listen_forever(channel: str) -> None:
+    """The process's control listener: never cancelled while it serves, survives layer errors."""
+    layer = get_channel_layer()
+    failures = 0
+    while True:
+        try:
+            request = await layer.receive(channel)
+        except Exception as exc:
+            failures += 1
+            if failures == 1:
+                log.warning("control listener: cannot receive (%s); retrying", exc)
+            await asyncio.sleep(min(0.2 * 2**failures, 5.0))
+            continue
+        if failures:
+            log.warning("control listener: receiving again after %d failure(s)", failures)
+            failures = 0
+        generation = running_generation(request.get("message"))
+        if generation is None:
+            continue  # it ended; its `done` reaches the sockets through the conversation group
+        track(asyncio.create_task(_handle(generation, request)))
+
+
+async def _handle(generation: Generation, request: dict) -> None:
+    try:
+        await generation.handle(request)
+    except Exception:
+        log.exception("generation %s: control request %s failed", generation.job.message_id, request.get("type"))
+
+
+def control_request(kind: str, message_id: int, **fields: Any) -> dict:
+    """A `stop` or `snapshot` request for the process streaming message_id."""
+    return {"type": f"generation.{kind}", "message": message_id, **fields}
+
+
+async def send_control(reply: Message, kind: str, **fields: Any) -> bool:
+    """Send a control request to the process streaming `reply` (worker loaded); False when it is dead.
+
+    A reply whose process is dead is marked interrupted here and now, and its
+    watchers get `done`: nobody is left to answer.
+    """
+    local = running_generation(reply.pk)
+    if local is not None:  # streamed here: no need to go through the layer
+        track(asyncio.create_task(_handle(local, control_request(kind, reply.pk, **fields))))
+        return True
+    worker = reply.worker
+    if worker is not None and worker.is_alive(lease()):
+        process = _process if _process is not None and _process.loop is asyncio.get_running_loop() else None
+        if process is None or worker.pk != process.worker_id:
+            await get_channel_layer().send(worker.channel, control_request(kind, reply.pk, **fields))
+            return True
+        # our own lease, but no such stream here: it has just ended, its `done` is on its way
+        return True
+    if worker is None and settings.REDIS_URL:
+        return True  # a process that could not register its lease: nobody to ask, the sweep cannot tell
+    stale_after = lease() if worker is not None else None  # without Redis, one process: ours
+    recovered = await database_sync_to_async(Message.objects.recover_orphans)(stale_after, only=reply.pk)
+    await announce_recovered(recovered)
+    return False
+
+
+async def _renew_forever(process: Process) -> None:
+    """Renew this process's lease every CHAT_LEASE_SECONDS/4, in a thread of its own so saves never delay it."""
+    renew = database_sync_to_async(Worker.renew, thread_sensitive=False)
+    loop, failures = asyncio.get_running_loop(), 0
+    while True:
+        await asyncio.sleep(settings.CHAT_LEASE_SECONDS / 4)
+        try:
+            if not await renew(process.worker_id, process.channel):
+                log.error("this process's lease row %s had vanished; written again", process.worker_id)
+        except Exception as exc:
+            failures += 1
+            process.renewed_since = None
+            if failures == 1:
+                log.warning("cannot renew this process's lease (%s); retrying", exc)
+            continue
+        if failures:
+            log.warning("lease renewed again after %d failure(s)", failures)
+            failures = 0
+        if process.renewed_since is None:
+            process.renewed_since = loop.time()
+
+
+async def _sweep_forever(process: Process) -> None:
+    """End the streams of processes whose lease expired, and tell their watchers."""
+    sweep = database_sync_to_async(Message.objects.recover_orphans, thread_sensitive=False)
+    loop, failures = asyncio.get_running_loop(), 0
+    while True:
+        await asyncio.sleep(settings.CHAT_LEASE_SECONDS / 4)
+        # After an outage every lease looks expired: give the others one lease to renew theirs first.
+        if process.renewed_since is None or loop.time() - process.renewed_since < settings.CHAT_LEASE_SECONDS:
+            continue
+        try:
+            recovered = await sweep(lease())
+            if recovered:
+                log.warning("marked %d stream(s) of a dead process as interrupted", len(recovered))
+            await announce_recovered(recovered)
+        except Exception as exc:
+            failures += 1
+            if failures == 1:
+                log.warning("orphan sweep failed (%s); retrying", exc)
+            continue
+        if failures:
+            log.warning("orphan sweep works again after %d failure(s)", failures)
+            failures = 0

@@ -1,0 +1,260 @@
+"""deploy/: the repo's nginx site in front of two daphne processes, exactly as docs/deploy.md installs it.
+
+The site file is run as it is, with only its addresses, certificate and paths
+replaced (each replacement must match, so an edit that breaks the test's
+assumptions fails loudly). nginx runs as a child in a folder of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import time
+from pathlib import Path
+
+import aiohttp
+import httpx
+import openai
+import pytest
+
+from tests.conftest import FAKE_KEY, MODELS
+from tests.live import ROOT, LiveServer
+from tests.sites import Site, make_site
+
+NGINX = shutil.which("nginx") or shutil.which("nginx", path="/usr/sbin:/sbin")
+DEPLOY = ROOT / "deploy"
+MODEL = MODELS["infyrence"]
+SLOW = "[[chunks:3]] [[delay:2000]]"  # 2 s between chunks: buffering would show
+
+pytestmark = pytest.mark.skipif(NGINX is None, reason="nginx is not installed (tests/prepare.sh installs it)")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def replace(text: str, old: str, new: str) -> str:
+    assert old in text, f"deploy/nginx/chat.conf no longer contains {old!r}"
+    return text.replace(old, new)
+
+
+def render_site(ports: list[int], http_port: int, https_port: int, cert: Path, key: Path) -> str:
+    """deploy/nginx/chat.conf with this test's ports, certificate and static folder."""
+    site = (DEPLOY / "nginx" / "chat.conf").read_text()
+    site = replace(
+        site,
+        "    server 127.0.0.1:8001 max_fails=0;\n    server 127.0.0.1:8002 max_fails=0;\n",
+        "".join(f"    server 127.0.0.1:{port} max_fails=0;\n" for port in ports),
+    )
+    site = replace(site, "    listen 80;\n    listen [::]:80;\n", f"    listen 127.0.0.1:{http_port};\n")
+    site = replace(
+        site, "    listen 443 ssl http2;\n    listen [::]:443 ssl http2;\n", f"    listen 127.0.0.1:{https_port} ssl;\n"
+    )
+    site = replace(site, "/etc/letsencrypt/live/chat.example.com/fullchain.pem", str(cert))
+    site = replace(site, "/etc/letsencrypt/live/chat.example.com/privkey.pem", str(key))
+    return replace(site, "/srv/chat/staticfiles/", f"{ROOT}/staticfiles/")
+
+
+class Nginx:
+    """nginx in the foreground, in a prefix folder of its own (pid, logs, temp files), with the repo's site."""
+
+    def __init__(self, folder: Path, site: str, https_port: int, connections: int = 1024) -> None:
+        self.folder = folder
+        self.https_port = https_port
+        for temp in ("body", "proxy", "fastcgi", "uwsgi", "scgi"):
+            (folder / temp).mkdir()
+        user = "user root;\n" if os.geteuid() == 0 else ""  # its workers must read the test's files
+        (folder / "nginx.conf").write_text(
+            f"{user}daemon off;\nworker_processes 1;\npid {folder}/nginx.pid;\nerror_log {folder}/error.log info;\n"
+            f"worker_rlimit_nofile {2 * connections};\nevents {{ worker_connections {connections}; }}\n"
+            f"http {{\n  include /etc/nginx/mime.types;\n  access_log {folder}/access.log;\n"
+            + "".join(f"  {temp}_temp_path {folder}/{temp};\n" for temp in ("fastcgi", "uwsgi", "scgi", "proxy"))
+            + f"  client_body_temp_path {folder}/body;\n{site}\n}}\n"
+        )
+        command = [NGINX, "-p", str(folder), "-c", str(folder / "nginx.conf"), "-e", str(folder / "error.log")]
+        checked = subprocess.run([*command, "-t"], capture_output=True, text=True)
+        assert checked.returncode == 0, checked.stderr
+        self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        # nginx has no readiness signal of its own: wait (bounded) until it accepts.
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", https_port), timeout=1).close()
+                break
+            except OSError:
+                assert self.process.poll() is None, (folder / "error.log").read_text()
+                assert time.monotonic() < deadline, "nginx did not start listening"
+                time.sleep(0.05)
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.https_port}"
+
+    def stop(self) -> None:
+        self.process.send_signal(signal.SIGQUIT)  # graceful
+        try:
+            self.process.wait(10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+@pytest.fixture(scope="module")
+def stack(fake_server, tmp_path_factory):
+    """Two daphne processes on one SQLite file, behind the repo's nginx site with a self-signed certificate."""
+    folder = tmp_path_factory.mktemp("deploy")
+    site = make_site(str(folder / "chat.sqlite3"), fake_server.base_url("infyrence"), FAKE_KEY)
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+         "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    env = {"DATABASE_URL": site.database_url, "DJANGO_HTTPS": "1", "DJANGO_ALLOWED_HOSTS": "127.0.0.1"}
+    servers = [LiveServer(env), LiveServer(env)]
+    for server in servers:
+        server.start()
+    http_port, https_port = free_port(), free_port()
+    nginx_folder = folder / "nginx"
+    nginx_folder.mkdir()
+    nginx = Nginx(nginx_folder, render_site([s.port for s in servers], http_port, https_port, cert, key), https_port)
+    try:
+        yield site, nginx, servers, http_port
+    finally:
+        nginx.stop()
+        for server in servers:
+            server.stop()
+
+
+def sdk(nginx: Nginx, site: Site) -> openai.OpenAI:
+    return openai.OpenAI(
+        base_url=nginx.url + "/v1", api_key=site.secret, max_retries=0, http_client=httpx.Client(verify=False)
+    )
+
+
+def first_content_index(record) -> int:
+    """Which of the fake's data events carried the first piece of the answer."""
+    for index, data in enumerate(record.sent):
+        try:
+            chunk = json.loads(data.removeprefix(b"data: "))
+        except ValueError:
+            continue
+        if any(choice.get("delta", {}).get("content") for choice in chunk.get("choices") or []):
+            return index
+    raise AssertionError("the fake sent no content")
+
+
+def test_a_v1_stream_through_nginx_arrives_unbuffered(stack, fake):
+    site, nginx, _, _ = stack
+    stream = sdk(nginx, site).chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": f"count {SLOW}"}], stream=True
+    )
+    first_at = None
+    for chunk in stream:
+        if first_at is None and chunk.choices and chunk.choices[0].delta.content:
+            first_at = time.monotonic()
+    record = fake.app.last()
+    second_sent_at = record.sent_at[first_content_index(record) + 1]
+    # The fake's own clock says when it wrote the next chunk; the first was here before that.
+    assert first_at is not None and first_at < second_sent_at - 1, (first_at, record.sent_at)
+
+
+def test_a_websocket_stream_through_nginx_arrives_unbuffered(stack, fake):
+    site, nginx, _, _ = stack
+
+    async def chat() -> tuple[float, list[dict]]:
+        insecure = ssl.create_default_context()
+        insecure.check_hostname, insecure.verify_mode = False, ssl.CERT_NONE
+        async with aiohttp.ClientSession(cookies={"sessionid": site.session}) as http:
+            url = nginx.url.replace("https://", "wss://") + "/ws/chat/"
+            async with http.ws_connect(url, origin=nginx.url, ssl=insecure) as ws:
+                await ws.send_json({"type": "send", "content": f"count {SLOW}", "model": MODEL})
+                frames, first_at = [], None
+                while not frames or frames[-1]["type"] not in ("done", "error"):
+                    frames.append(json.loads((await ws.receive(timeout=30)).data))
+                    if first_at is None and frames[-1]["type"] == "delta":
+                        first_at = time.monotonic()
+                return first_at, frames
+
+    first_at, frames = asyncio.run(chat())
+    assert frames[-1]["type"] == "done" and frames[-1]["status"] == "complete", frames
+    record = fake.app.last()
+    second_sent_at = record.sent_at[first_content_index(record) + 1]
+    assert first_at is not None and first_at < second_sent_at - 1, (first_at, record.sent_at)
+
+
+def test_x_forwarded_proto_is_set_by_nginx_and_trusted_by_django(stack):
+    _, nginx, servers, http_port = stack
+    with httpx.Client(verify=False) as client:
+        # Over TLS: Django (DJANGO_HTTPS=1) believes nginx's header and serves, with a secure cookie.
+        page = client.get(nginx.url + "/accounts/login/")
+        assert page.status_code == 200
+        assert "secure" in page.headers["set-cookie"].lower()
+        # A client cannot claim https over plain http: nginx overwrites the header, Django redirects.
+        plain = client.get(f"http://127.0.0.1:{http_port}/accounts/login/", headers={"X-Forwarded-Proto": "https"})
+        assert plain.status_code == 301 and plain.headers["location"].startswith("https://")
+        # Straight to daphne without the header, Django does not take the request for https.
+        direct = client.get(servers[0].url + "/accounts/login/")
+        assert direct.status_code == 301 and direct.headers["location"].startswith("https://")
+
+
+def test_a_body_over_client_max_body_size_is_refused_by_nginx(stack):
+    site, nginx, _, _ = stack
+    huge = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "x" * 3_000_000}]})
+    with httpx.Client(verify=False) as client:
+        response = client.post(
+            nginx.url + "/v1/chat/completions",
+            content=huge,
+            headers={"Authorization": f"Bearer {site.secret}", "Content-Type": "application/json"},
+        )
+    assert response.status_code == 413
+
+
+def restart(server: LiveServer, while_down) -> None:
+    """SIGTERM one process (graceful), run `while_down`, then start it again on the same port."""
+    server.sock.close()  # only the process's own copy listens now: it closes it at SIGTERM
+    server.process.terminate()
+    while_down()
+    server.process.wait(60)
+    server.sock = socket.socket()
+    server.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    server.sock.bind(("127.0.0.1", server.port))
+    server.sock.listen(1024)
+    server.start()
+
+
+def test_rolling_restart_loses_no_stream_and_fails_no_request(stack, fake):
+    site, nginx, servers, _ = stack
+    api = sdk(nginx, site)
+    complete_before = site.count("chat_usage", "status = 'complete'")
+    for server in servers:
+        # Two streams at once: nginx's round robin puts one on each process, so one of
+        # them is on the process being stopped, and must still finish whole.
+        streams = [
+            api.chat.completions.create(
+                model=MODEL, messages=[{"role": "user", "content": "[[chunks:8]] [[delay:250]]"}], stream=True
+            )
+            for _ in range(2)
+        ]
+        firsts = [next(iter(stream)) for stream in streams]  # both are running
+
+        def meanwhile(streams=streams, firsts=firsts):
+            # New requests go to the other process while this one drains.
+            for _ in range(3):
+                answer = api.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}])
+                assert answer.choices[0].message.content
+            for first, stream in zip(firsts, streams, strict=True):
+                chunks = [first, *stream]
+                assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop"
+                assert len("".join(c.choices[0].delta.content or "" for c in chunks if c.choices).split()) == 8
+
+        restart(server, meanwhile)
+    assert site.count("chat_usage", "status = 'complete'") == complete_before + 2 * (2 + 3)
