@@ -394,7 +394,7 @@ class Meter:
         message = None
         if settings.API_STORE_CONVERSATIONS:
             message = self._store_conversation(status, error)
-        Usage.settle(self.usage_id, {"message": message, **Usage.ending(self.state, status, error, usage)})
+        budgets.settle(self.usage_id, {"message": message, **Usage.ending(self.state, status, error, usage)})
 
     def _store_conversation(self, status: str, error: str) -> Message:
         messages = self.body["messages"]

@@ -23,6 +23,8 @@ from django.db import connection, models
 from django.db.models import F, Q, Sum
 from django.utils import timezone
 
+from .models.usage import Usage
+
 MILLION = Decimal(1_000_000)
 CENT_FRACTIONS = Decimal("0.00000001")  # the cost column's 8 decimal places
 PRICE_PLACES = Decimal("0.000001")
@@ -469,4 +471,18 @@ def summary(user, now: datetime | None = None) -> dict[str, Any]:
     }
 
 
-from .models import Usage  # noqa: E402  (chat.models imports this module at its end)
+def settle(pk: int, fields: dict) -> dict:
+    """Write a finished stream's usage row with its cost (reported, else priced); returns what was written.
+
+    Moving the row off `streaming` releases its budget reservation.
+    """
+    row = Usage.objects.filter(pk=pk).values("provider_id", "model", "started").first()
+    if row is not None:
+        fields = {**fields, **priced(row["provider_id"], row["model"], row["started"], fields)}
+    Usage.objects.filter(pk=pk).update(**fields)
+    return fields
+
+
+def month_spent(user) -> Spent:
+    """What a user has spent (or reserved) this calendar month."""
+    return spent(Usage.objects.filter(user=user), month_start())

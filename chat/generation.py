@@ -23,7 +23,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from . import limits, upstream
+from . import budgets, limits, upstream
 from .models import Conversation, Message, Provider, Turn, Usage, client, fit, stream_state, timeouts
 
 log = logging.getLogger(__name__)
@@ -454,7 +454,7 @@ class Generation:
                 updated=now,
             )
             # The done frame shows the cost computed from the price table too.
-            usage["cost"] = Usage.settle(job.usage_id, Usage.ending(state, status, error, usage))["cost"]
+            usage["cost"] = budgets.settle(job.usage_id, Usage.ending(state, status, error, usage))["cost"]
             Conversation.objects.filter(pk=job.conversation_id).update(updated=now)
 
 

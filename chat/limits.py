@@ -22,7 +22,9 @@ from django.contrib.auth import get_user_model
 from django.utils import timezone
 
 from . import upstream
-from .models import ChatError, Message, Provider, Usage
+from .models.base import ChatError, Status
+from .models.providers import Provider
+from .models.usage import Usage
 
 WINDOW = timedelta(minutes=1)
 FRAME_LIMIT_CLOSE_CODE = 4429
@@ -43,7 +45,7 @@ def enforce(user, *, source: str, token=None) -> None:
     # No stream outlives UPSTREAM_DEADLINE: an older row still `streaming` was left by a dead
     # process and must not hold a place until something sweeps it.
     alive_since = timezone.now() - timedelta(seconds=settings.UPSTREAM_DEADLINE + 60)
-    streaming = Usage.objects.filter(status=Message.Status.STREAMING, started__gt=alive_since)
+    streaming = Usage.objects.filter(status=Status.STREAMING, started__gt=alive_since)
     if source == Usage.Source.CHAT:
         _cap_streams(streaming.filter(user=user, source=source), settings.CHAT_MAX_STREAMS, "you have")
     else:

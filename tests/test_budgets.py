@@ -179,7 +179,7 @@ def test_sums_of_costs_are_exact_decimals_on_every_database(alice):
     for _ in range(3):
         Usage.objects.create(user=alice, model="m", status="complete", cost=Decimal("0.1"))
     now = timezone.now()
-    assert Usage.objects.month_spent(alice).usd == Decimal("0.3")
+    assert budgets.month_spent(alice).usd == Decimal("0.3")
     assert budgets.spent_by("user_id", alice.pk, month_start(now), now).usd == Decimal("0.3")
 
 
@@ -245,7 +245,7 @@ def test_the_usd_reservation_uses_the_price_in_force_only_under_a_usd_limit(alic
 def test_running_streams_count_their_reservation_and_stale_ones_do_not(alice, settings):
     Budget.objects.create(user=alice, tokens=300)
     Usage.objects.create(user=alice, model="m", status="streaming", reserved_tokens=200)
-    assert Usage.objects.month_spent(alice).tokens == 200
+    assert budgets.month_spent(alice).tokens == 200
     reserve(alice)  # 200 < 300: may start
     Usage.objects.create(user=alice, model="m", status="streaming", reserved_tokens=110)
     with pytest.raises(BudgetExceeded):
@@ -253,9 +253,9 @@ def test_running_streams_count_their_reservation_and_stale_ones_do_not(alice, se
     # A row left `streaming` past the longest possible stream was left by a dead process.
     # The plain-SQL sum of the check agrees with the queryset's.
     now = timezone.now()
-    assert budgets.spent_by("user_id", alice.pk, month_start(now), now) == Usage.objects.month_spent(alice)
+    assert budgets.spent_by("user_id", alice.pk, month_start(now), now) == budgets.month_spent(alice)
     Usage.objects.update(started=timezone.now() - timedelta(seconds=settings.UPSTREAM_DEADLINE + 120))
-    assert Usage.objects.filter(user=alice).spent(month_start()).tokens == 0
+    assert budgets.spent(Usage.objects.filter(user=alice), month_start()).tokens == 0
     assert budgets.spent_by("user_id", alice.pk, month_start(now), now).tokens == 0
 
 
@@ -334,7 +334,7 @@ def test_v1_reservation_is_released_after_a_stop_and_a_failure(server, alice, pr
     assert httpx.post(url, json=body("[[status:500]]"), headers=headers).status_code == 500
     failed = Usage.objects.get(status="failed")
     assert failed.reserved_tokens > 0
-    spent = Usage.objects.month_spent(alice)
+    spent = budgets.month_spent(alice)
     assert spent.tokens == sum(Usage.objects.exclude(status="refused").values_list("total_tokens", flat=True))
     assert spent.tokens < reservation_tokens(ENDLESS)
     assert httpx.post(url, json=body("[[chunks:2]]"), headers=headers).status_code == 200
@@ -358,14 +358,14 @@ def test_the_orphan_sweep_settles_a_dead_streams_reservation(alice, providers, p
     Budget.objects.create(user=alice, tokens=10_000)
     entry = CatalogEntry(providers["i14"], I14)
     turn = begin_turn(alice, entry, {"max_tokens": 5000}, content="hello there")
-    assert Usage.objects.month_spent(alice).tokens == turn.usage.reserved_tokens > 5000
+    assert budgets.month_spent(alice).tokens == turn.usage.reserved_tokens > 5000
     Message.objects.filter(pk=turn.reply.pk).update(content="a partial answer")
     # What the sweep of another process (or of this one at start-up) does with a dead stream.
     Message.objects.recover_orphans(None)
     row = Usage.objects.get()
     assert row.status == "interrupted" and row.estimated
     assert row.cost_source == "computed" and row.cost_estimated and row.cost > 0
-    assert Usage.objects.month_spent(alice).tokens == row.total_tokens < 100
+    assert budgets.month_spent(alice).tokens == row.total_tokens < 100
 
 
 def test_a_dead_processes_reservation_is_released_when_the_sweep_settles_it(alice, providers, price, fake):
@@ -397,7 +397,7 @@ def test_a_dead_processes_reservation_is_released_when_the_sweep_settles_it(alic
     for row in rows:
         assert row.estimated and row.cost_source == "computed" and row.cost_estimated and row.cost > 0
     total = sum(row.total_tokens for row in rows)
-    assert Usage.objects.month_spent(alice).tokens == total < reservation_tokens(ENDLESS)
+    assert budgets.month_spent(alice).tokens == total < reservation_tokens(ENDLESS)
 
 
 # --- the concurrent case, against two server processes on SQLite and on PostgreSQL --------------

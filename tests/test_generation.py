@@ -133,7 +133,7 @@ async def test_stop_of_a_stream_whose_process_is_gone_ends_it(connect, alice, pr
 
 
 def test_the_sweep_ends_only_streams_of_dead_processes(alice, transactional_db, monkeypatch):
-    monkeypatch.setattr("chat.models._current_worker", None)  # this test process serves nothing
+    monkeypatch.setattr("chat.models.workers._current_worker", None)  # this test process serves nothing
     alive = Worker.objects.create(host="here", pid=2, channel="specific.here!x")
     dead = dead_worker()
     conversation = Conversation.objects.create(owner=alice)

@@ -1,0 +1,268 @@
+"""Conversations and their messages, and the start of a turn: the user's message and a streaming reply."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import models, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from .. import upstream
+from .base import MODEL_MAX_LENGTH, ChatError, Status
+from .providers import CatalogEntry
+from .usage import Usage
+from .workers import INTERRUPTED_ERROR, Worker
+
+log = logging.getLogger(__name__)
+
+
+# --- conversations and messages -----------------------------------------------
+
+
+class ConversationQuerySet(models.QuerySet):
+    def owned_by(self, user):
+        return self.filter(owner=user)
+
+    def search(self, query: str):
+        """Conversations whose title or any message contains the query."""
+        if not query:
+            return self
+        return self.filter(Q(title__icontains=query) | Q(messages__content__icontains=query)).distinct()
+
+
+class Conversation(models.Model):
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="conversations")
+    title = models.CharField(max_length=200, blank=True)
+    model = models.CharField(max_length=MODEL_MAX_LENGTH, blank=True, help_text="The model of the last stream.")
+    system_prompt = models.TextField(blank=True)
+    params = models.JSONField(default=dict, blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(default=timezone.now, db_index=True)
+
+    objects = ConversationQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-updated"]
+        indexes = [models.Index(fields=["owner", "-updated"])]
+
+    def __str__(self) -> str:
+        return self.title or f"Conversation {self.pk}"
+
+    @staticmethod
+    def title_for(text: str) -> str:
+        line = next((line.strip() for line in text.splitlines() if line.strip()), "New chat")
+        return line if len(line) <= 60 else line[:59].rstrip() + "…"
+
+    def merge_params(self, params: dict) -> None:
+        """Remember request params on the conversation; None removes a remembered one."""
+        merged = {**self.params, **params}
+        self.params = {name: value for name, value in merged.items() if value is not None}
+
+    def upstream_messages(self) -> list[dict[str, str]]:
+        """The history in OpenAI's shape: system prompt, then every message with text."""
+        history = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
+        for role, content in self.messages.exclude(content="").values_list("role", "content"):
+            history.append({"role": role, "content": content})
+        return history
+
+
+class MessageQuerySet(models.QuerySet):
+    def streaming(self):
+        return self.filter(status=Message.Status.STREAMING)
+
+    def recover_orphans(self, lease: timedelta | None = None, *, only: int | None = None) -> list[Message]:
+        """Mark streams whose owning process is dead as interrupted, with estimated usage.
+
+        A stream is orphaned when its worker's lease is older than `lease`; lease=None
+        takes every stream not owned by this process (one process, just started), with
+        or without a worker. This process's own streams are never touched: it is alive.
+        API usage rows (no message) of dead workers are closed the same way.
+        `only` limits the sweep to one message (attach/stop to a stream whose owner is gone).
+        """
+        now = timezone.now()
+        mine = Worker.current_id()
+        if lease is None:
+            dead = ~Q(worker=mine) | Q(worker__isnull=True) if mine is not None else Q()
+        else:
+            # A row without a worker predates leases or comes from a process that did not
+            # register: only a lone process at start-up (lease=None) may take it as dead.
+            dead = Q(worker__heartbeat__lt=now - lease) & ~Q(worker=mine)
+        with transaction.atomic():
+            orphans = self.streaming().filter(dead)
+            if only is not None:
+                orphans = orphans.filter(pk=only)
+            orphans = list(orphans.select_for_update(of=("self",)))
+            for message in orphans:
+                message.status = Message.Status.INTERRUPTED
+                message.error = INTERRUPTED_ERROR
+                message.updated = now
+                message.save(update_fields=["status", "error", "updated"])
+                completion = upstream.estimate_tokens(len(message.content) + len(message.reasoning))
+                Usage.objects.filter(message=message, status=Message.Status.STREAMING).update(
+                    status=Message.Status.INTERRUPTED,
+                    completion_tokens=completion,
+                    reasoning_tokens=upstream.estimate_tokens(len(message.reasoning)),
+                    total_tokens=models.F("prompt_tokens") + completion,
+                    estimated=True,
+                    ended=now,
+                    error=message.error,
+                )
+            if only is None:
+                # API streams keep no text: their usage is closed with what the row has.
+                Usage.objects.filter(dead, message__isnull=True, status=Message.Status.STREAMING).update(
+                    status=Message.Status.INTERRUPTED, estimated=True, ended=now, error=INTERRUPTED_ERROR
+                )
+        # The swept rows (chat and API) get the price table's cost, like any final save.
+        from ..budgets import price_unpriced  # chat.budgets refers to Usage: imported when needed
+
+        price_unpriced(Usage.objects.filter(status=Message.Status.INTERRUPTED, ended=now, cost__isnull=True))
+        return orphans
+
+
+class Message(models.Model):
+    class Role(models.TextChoices):
+        SYSTEM = "system"
+        USER = "user"
+        ASSISTANT = "assistant"
+
+    Status = Status  # shared with usage rows (base.py)
+
+    conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="messages")
+    role = models.CharField(max_length=10, choices=Role.choices)
+    content = models.TextField(blank=True)
+    reasoning = models.TextField(blank=True)
+    tool_calls = models.JSONField(null=True, blank=True)
+    status = models.CharField(max_length=12, choices=Status.choices, default=Status.COMPLETE, db_index=True)
+    finish_reason = models.CharField(max_length=30, blank=True)
+    error = models.TextField(blank=True)
+    model = models.CharField(max_length=MODEL_MAX_LENGTH, blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(default=timezone.now, help_text="Last save of the text.")
+    # No database constraint: a lease row that vanished (a flushed table, a hand cleanup) must
+    # not stop a stream from being stored; such a stream simply has no live owner.
+    worker = models.ForeignKey(
+        Worker,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        db_constraint=False,
+        help_text="The process streaming it.",
+    )
+
+    objects = MessageQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["created", "pk"]
+
+    def __str__(self) -> str:
+        return f"{self.role} #{self.pk}"
+
+
+@dataclass(frozen=True)
+class Turn:
+    conversation: Conversation
+    user_message: Message
+    reply: Message
+    usage: Usage
+    history: list[dict[str, str]]
+
+
+def begin_turn(
+    user,
+    entry: CatalogEntry,
+    params: dict,
+    *,
+    conversation_id: int | None = None,
+    content: str | None = None,
+    edit: int | None = None,
+    system_prompt: str | None = None,
+    worker_id: int | None = None,
+) -> Turn:
+    """Store the user's message (new, edited, or the last one again) and an empty streaming reply.
+
+    content alone: a new message. edit=<id of the last user message> with content:
+    replace its text and drop what followed. Neither: regenerate the last reply.
+    Refused while a reply streams in the conversation: one stream per conversation,
+    and over the user's limits (chat/limits.py) or budget (chat/budgets.py), before anything
+    is stored; a refusal over budget leaves a `refused` usage row.
+    worker_id: the process that will stream the reply (its lease keeps the reply alive).
+    """
+    from .. import limits
+    from ..budgets import BudgetExceeded, refuse
+
+    try:
+        return _begin_turn(user, entry, params, conversation_id, content, edit, system_prompt, worker_id, limits)
+    except BudgetExceeded as exc:
+        refuse(user, source=Usage.Source.CHAT, provider_id=entry.provider.pk, model=entry.model,
+               prompt_tokens=exc.prompt_tokens, detail=exc.detail)  # fmt: skip
+        raise ChatError(exc.code, exc.detail) from None
+
+
+def _begin_turn(user, entry, params, conversation_id, content, edit, system_prompt, worker_id, limits) -> Turn:
+    from ..budgets import BudgetExceeded, reserve
+
+    with transaction.atomic():
+        limits.enforce(user, source=Usage.Source.CHAT)
+        if conversation_id is None:
+            conversation = Conversation.objects.create(owner=user, title=Conversation.title_for(content or ""))
+        else:
+            conversation = Conversation.objects.owned_by(user).select_for_update().filter(pk=conversation_id).first()
+            if conversation is None:
+                raise ChatError("not_found", "No such conversation.")
+            if conversation.messages.streaming().exists():
+                raise ChatError("busy", "A reply is still streaming in this conversation; stop it first.")
+        last_user = conversation.messages.filter(role=Message.Role.USER).last()
+        if edit is not None or content is None:
+            if last_user is None or (edit is not None and last_user.pk != edit):
+                raise ChatError("not_last", "Only the last message of a conversation can be edited or regenerated.")
+            if content is not None:
+                last_user.content = content
+                last_user.save(update_fields=["content"])
+            conversation.messages.filter(pk__gt=last_user.pk).delete()
+            user_message = last_user
+        else:
+            user_message = conversation.messages.create(role=Message.Role.USER, content=content)
+        now = timezone.now()
+        conversation.model = entry.qualified
+        conversation.updated = now
+        if params:
+            conversation.merge_params(params)
+        if system_prompt is not None:
+            conversation.system_prompt = system_prompt
+        conversation.save(update_fields=["model", "updated", "params", "system_prompt"])
+        history = conversation.upstream_messages()
+        prompt_tokens = upstream.estimate_tokens(sum(len(m["content"]) for m in history))
+        try:
+            reservation = reserve(
+                user,
+                provider_id=entry.provider.pk,
+                model=entry.model,
+                prompt_tokens=prompt_tokens,
+                max_tokens=conversation.params.get("max_tokens") or settings.UPSTREAM_MAX_TOKENS,
+            )
+        except BudgetExceeded as exc:
+            exc.prompt_tokens = prompt_tokens
+            raise
+        reply = conversation.messages.create(
+            role=Message.Role.ASSISTANT,
+            status=Message.Status.STREAMING,
+            model=entry.model,
+            updated=now,
+            worker_id=worker_id,
+        )
+        usage = Usage.objects.create(
+            user=user,
+            provider=entry.provider,
+            message=reply,
+            model=entry.model,
+            status=Message.Status.STREAMING,
+            prompt_tokens=prompt_tokens,
+            reserved_usd=reservation.usd,
+            reserved_tokens=reservation.tokens,
+            worker_id=worker_id,
+        )
+    return Turn(conversation, user_message, reply, usage, history)

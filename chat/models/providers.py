@@ -1,0 +1,211 @@
+"""Providers: the OpenAI-compatible upstreams, their models, and the client and timeouts to reach them."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import models
+
+from .. import upstream
+from .base import MODEL_MAX_LENGTH, ChatError
+
+log = logging.getLogger(__name__)
+
+
+DEMO_PROVIDER = "demo"
+DEMO_MODEL = "i14-sugarglider-nemotron3-super-120B-v1"
+
+
+def timeouts() -> upstream.Timeouts:
+    return upstream.Timeouts(
+        connect=settings.UPSTREAM_CONNECT_TIMEOUT,
+        read=settings.UPSTREAM_READ_TIMEOUT,
+        deadline=settings.UPSTREAM_DEADLINE,
+        first_byte=settings.UPSTREAM_FIRST_BYTE_TIMEOUT,
+    )
+
+
+def stream_state(started_at: float, api_key: str = "") -> upstream.StreamState:
+    """A stream's accumulator with this install's limits (reply size, unreadable events)."""
+    return upstream.StreamState(
+        started_at=started_at,
+        max_reply=settings.CHAT_MAX_REPLY_BYTES,
+        max_malformed=settings.UPSTREAM_MAX_MALFORMED,
+        secrets=(api_key,) if api_key else (),
+    )
+
+
+def client():
+    return upstream.shared_client(
+        settings.UPSTREAM_MAX_CONNECTIONS, allow_link_local=settings.UPSTREAM_ALLOW_LINK_LOCAL
+    )
+
+
+# --- providers ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CatalogEntry:
+    provider: Provider
+    model: str
+
+    @property
+    def qualified(self) -> str:
+        return f"{self.provider.name}/{self.model}"
+
+
+# provider pk -> (expires at, provider.updated, model ids); per process, refreshed lazily.
+_model_cache: dict[int, tuple[float, object, list[str]]] = {}
+
+
+class ProviderQuerySet(models.QuerySet):
+    def enabled(self):
+        return self.filter(enabled=True)
+
+    async def acatalog(self) -> list[CatalogEntry]:
+        """Every (provider, model) pair of the enabled providers, in provider order."""
+        providers = [p async for p in self.enabled().order_by("pk")]
+        lists = await asyncio.gather(*(p.amodel_ids() for p in providers))
+        return [CatalogEntry(p, m) for p, ids in zip(providers, lists, strict=True) for m in ids]
+
+    async def aresolve(self, model: str | None) -> CatalogEntry:
+        """The provider and model id for a requested model (plain, or `provider/model`)."""
+        catalog = await self.acatalog()
+        if not catalog:
+            raise ChatError("no_provider", "No upstream provider is enabled.")
+        if not model:
+            first = catalog[0].provider
+            return CatalogEntry(first, first.default_model or catalog[0].model)
+        for entry in catalog:
+            if entry.model == model:
+                return entry
+        for entry in catalog:
+            if entry.qualified == model:
+                return entry
+        raise ChatError("unknown_model", f"Unknown model {model!r}.")
+
+    def sync_from_settings(self) -> Provider | None:
+        """Create or update the provider named by UPSTREAM_* (or the demo one) at start-up."""
+        if settings.UPSTREAM_BASE_URL:
+            self.filter(name=DEMO_PROVIDER).update(enabled=False)
+            provider, _ = self.update_or_create(
+                name=settings.UPSTREAM_NAME,
+                defaults={
+                    "base_url": settings.UPSTREAM_BASE_URL,
+                    "api_key": settings.UPSTREAM_API_KEY,
+                    "default_model": settings.UPSTREAM_MODEL,
+                    "enabled": True,
+                },
+            )
+            return provider
+        if settings.DEMO_UPSTREAM:
+            provider, _ = self.update_or_create(
+                name=DEMO_PROVIDER,
+                defaults={
+                    "base_url": f"http://127.0.0.1:{settings.PUBLIC_PORT}/_demo/i14/v1",
+                    "api_key": demo_api_key(),
+                    "default_model": DEMO_MODEL,
+                    "model_list": DEMO_MODEL,
+                    "enabled": True,
+                },
+            )
+            return provider
+        return None
+
+
+def demo_api_key() -> str:
+    """A key for the built-in demo upstream, the same in every process of one install."""
+    from django.utils.crypto import salted_hmac
+
+    return "demo-" + salted_hmac("chat.demo-upstream", "key").hexdigest()[:32]
+
+
+class Provider(models.Model):
+    """An OpenAI-compatible upstream. The API key never leaves the server."""
+
+    name = models.SlugField(max_length=50, unique=True, help_text="Also the model prefix: name/model-id.")
+    base_url = models.URLField("base URL", max_length=500, help_text="Up to /v1, e.g. https://api.i14.ai/v1")
+    api_key = models.CharField("API key", max_length=500, blank=True)
+    default_model = models.CharField(max_length=200, blank=True)
+    model_list = models.TextField(
+        "models", blank=True, help_text="One model id per line. Empty: ask the upstream's GET /models."
+    )
+    enabled = models.BooleanField(default=True)
+    max_connections = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="Upstream connections this provider may hold at once, per server process, so a slow "
+        "provider cannot take every connection. Empty: UPSTREAM_PROVIDER_MAX_CONNECTIONS "
+        "(half of UPSTREAM_MAX_CONNECTIONS).",
+    )
+    created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(auto_now=True)
+
+    objects = ProviderQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def is_demo(self) -> bool:
+        return self.name == DEMO_PROVIDER and "/_demo/" in self.base_url
+
+    # Set by whoever took the key from a person just now (the admin form), so a key typed
+    # again, even the same one, counts as entered again; never stored.
+    key_entered = False
+
+    def clean(self) -> None:
+        """Refuse link-local and metadata hosts, and a stored key following the base URL to another server."""
+        super().clean()
+        host = upstream.origin(self.base_url)[1]
+        address = upstream.refused_literal(host)
+        if address and not settings.UPSTREAM_ALLOW_LINK_LOCAL:
+            raise ValidationError(
+                {
+                    "base_url": f"{address} is a link-local or cloud metadata address; such upstreams are refused "
+                    "(UPSTREAM_ALLOW_LINK_LOCAL=1 allows them)."
+                }
+            )
+        if self.pk and self.api_key and not self.key_entered:
+            stored = Provider.objects.filter(pk=self.pk).values("base_url", "api_key").first()
+            if (
+                stored
+                and stored["api_key"] == self.api_key
+                and upstream.origin(stored["base_url"]) != upstream.origin(self.base_url)
+            ):
+                raise ValidationError(
+                    {
+                        "api_key": "The base URL now points at another server (its scheme, host or port changed): "
+                        "enter the API key again, so the stored key is not sent there."
+                    }
+                )
+
+    async def amodel_ids(self) -> list[str]:
+        """This provider's models: the configured list, else GET /models (cached a few minutes)."""
+        listed = [line.strip() for line in self.model_list.splitlines() if line.strip()]
+        if listed:
+            return listed
+        cached = _model_cache.get(self.pk)
+        if cached and cached[0] > time.monotonic() and cached[1] == self.updated:
+            return cached[2]
+        ttl = settings.UPSTREAM_MODELS_CACHE_SECONDS
+        try:
+            ids = await upstream.list_models(client(), self.base_url, self.api_key, timeouts())
+            # An id too long for the model columns (stored as name/id) could never be saved.
+            longest = MODEL_MAX_LENGTH - len(self.name) - 1
+            ids = [model_id for model_id in ids if len(model_id) <= longest]
+        except upstream.UpstreamError as exc:
+            log.warning("provider %s: cannot list models: %s", self.name, exc)
+            ids, ttl = [], 30
+        if self.default_model and self.default_model not in ids:
+            ids.insert(0, self.default_model)
+        _model_cache[self.pk] = (time.monotonic() + ttl, self.updated, ids)
+        return ids

@@ -1,0 +1,139 @@
+"""Usage: one row per upstream stream (who, which model, tokens, cost, speed, how it ended)."""
+
+from __future__ import annotations
+
+import logging
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Count, Sum
+from django.utils import timezone
+
+from .. import upstream
+from .base import MODEL_MAX_LENGTH, Status, fit
+from .providers import Provider
+from .tokens import ApiToken
+from .workers import Worker
+
+log = logging.getLogger(__name__)
+
+
+# --- usage --------------------------------------------------------------------
+
+
+class UsageQuerySet(models.QuerySet):
+    def totals(self) -> dict:
+        return self.aggregate(
+            streams=Count("pk"),
+            prompt_tokens=Sum("prompt_tokens"),
+            completion_tokens=Sum("completion_tokens"),
+            reasoning_tokens=Sum("reasoning_tokens"),
+            total_tokens=Sum("total_tokens"),
+            cost=Sum("cost"),
+        )
+
+
+# Every column the dashboard's GROUP BYs read, in one index led by the period.
+COVERING = ["started", "model", "user", "source", "status", "prompt_tokens", "completion_tokens", "reasoning_tokens"]
+COVERING += ["cost", "ttft_ms", "tokens_per_second"]
+
+
+class Usage(models.Model):
+    """One upstream stream: who, which model, how many tokens, what it cost, how fast."""
+
+    class Source(models.TextChoices):
+        CHAT = "chat", "via chat"
+        API = "api", "via API"
+
+    class CostSource(models.TextChoices):
+        REPORTED = "reported", "reported by the upstream"
+        COMPUTED = "computed", "computed from the price table"
+        UNKNOWN = "unknown", "unknown (no price)"
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="usage")
+    provider = models.ForeignKey(Provider, on_delete=models.SET_NULL, null=True, blank=True)
+    message = models.OneToOneField(
+        "chat.Message", on_delete=models.SET_NULL, null=True, blank=True, related_name="usage"
+    )
+    token = models.ForeignKey(ApiToken, on_delete=models.SET_NULL, null=True, blank=True, related_name="usage")
+    source = models.CharField(max_length=4, choices=Source.choices, default=Source.CHAT, db_index=True)
+    model = models.CharField(max_length=MODEL_MAX_LENGTH, db_index=True)
+    upstream_id = models.CharField("upstream id", max_length=200, blank=True)
+    request_id = models.CharField("request id", max_length=200, blank=True)
+    prompt_tokens = models.PositiveIntegerField(default=0)
+    completion_tokens = models.PositiveIntegerField(default=0)
+    reasoning_tokens = models.PositiveIntegerField(default=0)
+    total_tokens = models.PositiveIntegerField(default=0)
+    cost = models.DecimalField("cost (USD)", max_digits=14, decimal_places=8, null=True, blank=True)
+    ttft_ms = models.PositiveIntegerField("time to first token (ms)", null=True, blank=True)
+    duration_ms = models.PositiveIntegerField(null=True, blank=True)
+    tokens_per_second = models.FloatField(null=True, blank=True)
+    upstream_perf = models.JSONField("upstream's perf object", null=True, blank=True)
+    started = models.DateTimeField(default=timezone.now, db_index=True)
+    ended = models.DateTimeField(null=True, blank=True)
+    status = models.CharField(max_length=12, choices=Status.choices, db_index=True)
+    finish_reason = models.CharField(max_length=30, blank=True)
+    error = models.TextField(blank=True)
+    estimated = models.BooleanField(default=False, help_text="The upstream sent no usage; counts are estimates.")
+    cost_source = models.CharField(max_length=8, choices=CostSource.choices, default=CostSource.UNKNOWN, db_index=True)
+    cost_estimated = models.BooleanField(default=False, help_text="Computed from estimated token counts.")
+    # A running stream's worst case, counted against the budget while status is `streaming`.
+    reserved_usd = models.DecimalField("reserved (USD)", max_digits=14, decimal_places=8, null=True, blank=True)
+    reserved_tokens = models.PositiveIntegerField(default=0)
+    # No database constraint: a lease row that vanished (a flushed table, a hand cleanup) must
+    # not stop a stream from being stored; such a stream simply has no live owner.
+    worker = models.ForeignKey(
+        Worker,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        db_constraint=False,
+        help_text="The process streaming it.",
+    )
+
+    objects = UsageQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-started"]
+        verbose_name_plural = "usage"
+        # (user, started): a person's spend this month (budgets) and own rows on the dashboard. For the
+        # usage dashboard (chat/dashboard.py) also: the SQLite percentiles of long periods, which walk
+        # (model, value) in order to an OFFSET instead of sorting; and the period's GROUP BYs read from
+        # one index instead of the table (a covering index).
+        indexes = [
+            models.Index(fields=["user", "started"]),
+            models.Index(fields=["model", "ttft_ms", "started"], name="usage_model_ttft"),
+            models.Index(fields=["model", "tokens_per_second", "started"], name="usage_model_speed"),
+            models.Index(fields=COVERING, name="usage_dashboard_covering"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.model} for {self.user} at {self.started:%Y-%m-%d %H:%M}"
+
+    @staticmethod
+    def ending(state: upstream.StreamState, status: str, error: str, metering: dict) -> dict:
+        """The fields a finished stream writes on its usage row."""
+        return {
+            "upstream_id": fit(Usage, "upstream_id", state.upstream_id),
+            "request_id": fit(Usage, "request_id", state.request_id),
+            "upstream_perf": state.perf,
+            "ended": timezone.now(),
+            "status": status,
+            "finish_reason": fit(Usage, "finish_reason", state.finish_reason),
+            "error": error,
+            **metering,
+        }
+
+    def as_frame(self) -> dict:
+        """The `usage` object of a `done` frame."""
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "reasoning_tokens": self.reasoning_tokens,
+            "total_tokens": self.total_tokens,
+            "cost": float(self.cost) if self.cost is not None else None,
+            "ttft_ms": self.ttft_ms,
+            "duration_ms": self.duration_ms,
+            "tokens_per_second": self.tokens_per_second,
+            "estimated": self.estimated,
+        }
