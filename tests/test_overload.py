@@ -26,9 +26,9 @@ from chat.overload import TRY_AGAIN_LATER, ConnectGuard
 from tests.conftest import FAKE_KEY, MODELS
 from tests.live import LiveServer
 from tests.page_helpers import CHROMIUM, CHROMIUM_ARGS
+from tests.proxy import TcpProxy
 from tests.services import postgres_database
 from tests.sites import Site, make_site
-from tests.tcpproxy import TcpProxy
 
 MODEL = MODELS["infyrence"]
 BUSY_TEXT = "The server is busy; retrying…"
@@ -295,7 +295,7 @@ def test_the_page_says_the_server_is_busy_while_postgresql_is_away_and_recovers(
     with postgres_database("ops_busy") as url:
         # The server reaches PostgreSQL through a proxy of this test's own, which it cuts.
         host, port = url.split("@", 1)[1].split("/", 1)[0].split(":")
-        proxy = TcpProxy((host, int(port)))
+        proxy = TcpProxy(host, int(port))
         proxied = url.replace(f"@{host}:{port}/", f"@127.0.0.1:{proxy.port}/")
         site = make_site("", fake_server.base_url("infyrence"), FAKE_KEY, database_url=proxied)
         try:
