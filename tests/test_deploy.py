@@ -258,3 +258,45 @@ def test_rolling_restart_loses_no_stream_and_fails_no_request(stack, fake):
 
         restart(server, meanwhile)
     assert site.count("chat_usage", "status = 'complete'") == complete_before + 2 * (2 + 3)
+
+
+def test_rolling_restart_finishes_the_websocket_streams_of_the_stopped_process(stack, fake):
+    site, nginx, servers, _ = stack
+    insecure = ssl.create_default_context()
+    insecure.check_hostname, insecure.verify_mode = False, ssl.CERT_NONE
+    url = nginx.url.replace("https://", "wss://") + "/ws/chat/"
+
+    async def read(ws, frames: list[dict], until: tuple[str, ...]) -> list[dict]:
+        while not frames or frames[-1]["type"] not in until:
+            message = await ws.receive(timeout=60)
+            if message.type != aiohttp.WSMsgType.TEXT:
+                break  # closed (1012 once the stopped process has sent its `done`)
+            frames.append(json.loads(message.data))
+        return frames
+
+    async def two_streams_across_a_restart(server: LiveServer) -> list[list[dict]]:
+        async with aiohttp.ClientSession(cookies={"sessionid": site.session}) as http:
+            # Two sockets: nginx's round robin puts one on each process, so one stream runs on
+            # the process being stopped, and must still finish whole before it exits.
+            sockets = [await http.ws_connect(url, origin=nginx.url, ssl=insecure) for _ in range(2)]
+            frames: list[list[dict]] = [[], []]
+            for ws in sockets:
+                await ws.send_json({"type": "send", "content": "[[chunks:8]] [[delay:250]]", "model": MODEL})
+            for ws, seen in zip(sockets, frames, strict=True):
+                await read(ws, seen, ("delta", "error"))  # both are streaming
+            readers = [
+                asyncio.create_task(read(ws, seen, ("done", "error"))) for ws, seen in zip(sockets, frames, strict=True)
+            ]
+            await asyncio.to_thread(restart, server, lambda: None)
+            await asyncio.gather(*readers)
+            for ws in sockets:
+                await ws.close()
+            return frames
+
+    complete_before = site.count("chat_message", "role = 'assistant' AND status = 'complete'")
+    for server in servers:
+        for frames in asyncio.run(two_streams_across_a_restart(server)):
+            assert frames[-1]["type"] == "done" and frames[-1]["status"] == "complete", frames[-3:]
+            text = "".join(f.get("content", "") for f in frames if f["type"] == "delta")
+            assert len(text.split()) == 8
+    assert site.count("chat_message", "role = 'assistant' AND status = 'complete'") == complete_before + 4
