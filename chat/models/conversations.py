@@ -15,7 +15,7 @@ from .. import upstream
 from .base import MODEL_MAX_LENGTH, ChatError, Status
 from .providers import CatalogEntry
 from .usage import Usage
-from .workers import INTERRUPTED_ERROR, Worker
+from .workers import INTERRUPTED_ERROR, Worker, streaming_worker
 
 log = logging.getLogger(__name__)
 
@@ -142,16 +142,7 @@ class Message(models.Model):
     model = models.CharField(max_length=MODEL_MAX_LENGTH, blank=True)
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(default=timezone.now, help_text="Last save of the text.")
-    # No database constraint: a lease row that vanished (a flushed table, a hand cleanup) must
-    # not stop a stream from being stored; such a stream simply has no live owner.
-    worker = models.ForeignKey(
-        Worker,
-        on_delete=models.SET_NULL,
-        null=True,
-        blank=True,
-        db_constraint=False,
-        help_text="The process streaming it.",
-    )
+    worker = streaming_worker()
 
     objects = MessageQuerySet.as_manager()
 

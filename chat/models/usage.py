@@ -13,7 +13,7 @@ from .. import upstream
 from .base import MODEL_MAX_LENGTH, Status, fit
 from .providers import Provider
 from .tokens import ApiToken
-from .workers import Worker
+from .workers import streaming_worker
 
 log = logging.getLogger(__name__)
 
@@ -80,16 +80,7 @@ class Usage(models.Model):
     # A running stream's worst case, counted against the budget while status is `streaming`.
     reserved_usd = models.DecimalField("reserved (USD)", max_digits=14, decimal_places=8, null=True, blank=True)
     reserved_tokens = models.PositiveIntegerField(default=0)
-    # No database constraint: a lease row that vanished (a flushed table, a hand cleanup) must
-    # not stop a stream from being stored; such a stream simply has no live owner.
-    worker = models.ForeignKey(
-        Worker,
-        on_delete=models.SET_NULL,
-        null=True,
-        blank=True,
-        db_constraint=False,
-        help_text="The process streaming it.",
-    )
+    worker = streaming_worker()
 
     objects = UsageQuerySet.as_manager()
 

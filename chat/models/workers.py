@@ -68,3 +68,19 @@ class Worker(models.Model):
 
     def is_alive(self, lease: timedelta) -> bool:
         return self.heartbeat >= timezone.now() - lease
+
+
+def streaming_worker() -> models.ForeignKey:
+    """The field a streaming row (message, usage) records its process in.
+
+    No database constraint: a lease row that vanished (a flushed table, a hand cleanup) must
+    not stop a stream from being stored; such a stream simply has no live owner.
+    """
+    return models.ForeignKey(
+        Worker,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        db_constraint=False,
+        help_text="The process streaming it.",
+    )
