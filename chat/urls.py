@@ -20,6 +20,7 @@ urlpatterns = [
     path("api/budget", views.budget, name="budget"),
     path("api/conversations/<int:conversation_id>", views.conversation, name="conversation-detail"),
     path("settings/tokens/", views.tokens, name="tokens"),
+    path("docs/api/", views.api_guide, name="api-guide"),
     path("usage/", dashboard_views.usage, name="usage"),
     path("usage/csv", dashboard_views.usage_csv, name="usage-csv"),
     path("settings/tokens/<int:token_id>/revoke/", views.revoke_token, name="revoke-token"),

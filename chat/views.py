@@ -186,25 +186,43 @@ def message_json(message: Message) -> dict:
 # --- personal API tokens -------------------------------------------------------
 
 
+NEW_TOKEN_SESSION_KEY = "chat.new_token"
+
+
 @never_cache
 @login_required
 @require_http_methods(["GET", "POST"])
 def tokens(request):
-    """List the user's API tokens and create one; a new token's secret is shown on this response only."""
-    secret, problem = None, None
+    """List the user's API tokens and create one; a new token's secret is shown once, after a redirect."""
+    problem = None
     if request.method == "POST":
         name = request.POST.get("name", "").strip()
         if not name or len(name) > 100:
             problem = "Give the token a name of at most 100 characters."
         else:
-            _, secret = ApiToken.issue(request.user, name)
+            # POST/redirect/GET: reloading the page shows the list, and creates no second token.
+            _, request.session[NEW_TOKEN_SESSION_KEY] = ApiToken.issue(request.user, name)
+            return redirect("tokens")
     context = {
         "tokens": request.user.api_tokens.all(),
-        "secret": secret,
+        "secret": request.session.pop(NEW_TOKEN_SESSION_KEY, None),
         "problem": problem,
         "base_url": request.build_absolute_uri("/v1"),
     }
     return render(request, "tokens/list.html", context, status=400 if problem else 200)
+
+
+@login_required
+@require_GET
+def api_guide(request):
+    """docs/api.md as a page of the site, drawn by the page's own markdown code."""
+    context = {"guide": _api_guide_text(), "base_url": request.build_absolute_uri("/v1")}
+    return render(request, "tokens/guide.html", context)
+
+
+@functools.cache
+def _api_guide_text() -> str:
+    return (settings.BASE_DIR / "docs" / "api.md").read_text(encoding="utf-8")
 
 
 @login_required

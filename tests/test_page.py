@@ -17,7 +17,7 @@ from django.db import connection
 from playwright.sync_api import expect, sync_playwright
 
 from chat.fakeupstream import _FILLER_WORDS, _REASONING_TEXT, _cycle_pieces
-from chat.models import Conversation, Message
+from chat.models import ApiToken, Conversation, Message
 from tests.live import LiveServer, database_url
 from tests.page_helpers import (
     API14_MINI,
@@ -569,10 +569,25 @@ def test_rename_and_delete_a_conversation(page, alice):
     expect(page.get_by_role("heading", level=1)).to_have_text("New name")
     conversation.refresh_from_db()
     assert conversation.title == "New name"
+    # Enter in the field saves (it used to press Cancel, the form's first button); Escape cancels.
+    item.get_by_role("button", name=re.compile("^Rename")).click()
+    dialog.get_by_label("Title").fill("Newer name")
+    dialog.get_by_label("Title").press("Enter")
+    expect(item.locator("a")).to_have_text("Newer name")
+    item.get_by_role("button", name=re.compile("^Rename")).click()
+    dialog.get_by_label("Title").fill("Not this")
+    dialog.get_by_label("Title").press("Escape")
+    expect(dialog).to_be_hidden()
+    expect(item.locator("a")).to_have_text("Newer name")
+    item.get_by_role("button", name=re.compile("^Rename")).click()
+    dialog.get_by_role("button", name="Cancel").click()
+    expect(dialog).to_be_hidden()
+    conversation.refresh_from_db()
+    assert conversation.title == "Newer name"
 
     item.get_by_role("button", name=re.compile("^Delete")).click()
     confirm = page.get_by_role("dialog", name="Delete conversation?")
-    expect(confirm).to_contain_text("New name")
+    expect(confirm).to_contain_text("Newer name")
     screenshot(page, "confirm-delete")
     confirm.get_by_role("button", name="Cancel").click()
     expect(confirm).to_be_hidden()
@@ -698,6 +713,12 @@ def test_demo_banner_when_the_only_provider_is_the_built_in_demo(new_page, alice
         reply = send(page, "hello demo")
         wait_done(reply, timeout=30_000)
         expect(reply.locator(".answer")).to_contain_text("demo upstream")
+        # Dismissed once, it stays away on the next visit.
+        page.get_by_role("button", name="Dismiss the demo notice").click()
+        expect(banner).to_be_hidden()
+        page.reload()
+        open_chat(page)
+        expect(banner).to_be_hidden()
     finally:
         demo.stop()
 
@@ -792,3 +813,69 @@ def test_sidebar_shows_the_month_so_far_warns_at_80_percent_and_updates_after_ea
 def test_sidebar_shows_spending_without_a_bar_when_there_is_no_budget(page):
     expect(page.get_by_test_id("budget")).to_contain_text("$0.00 spent")
     expect(page.get_by_role("meter")).to_be_hidden()
+
+
+# --- small things a new user hits ------------------------------------------------------
+
+
+def test_copy_answer_says_copied_and_leaves_out_leading_blank_lines(new_page, alice, providers):
+    conversation = conversation_for(alice, "Copy me", "hi", "\n\n  Indented first line\n\nSecond.\n")
+    page = new_page(alice)
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"])
+    open_chat(page, f"/c/{conversation.pk}/")
+    page.get_by_role("button", name="Copy answer").click()
+    expect(page.get_by_role("button", name="Copied")).to_be_visible()
+    assert page.evaluate("navigator.clipboard.readText()") == "  Indented first line\n\nSecond."
+    expect(page.get_by_role("button", name="Copy answer")).to_be_visible()  # the label comes back
+
+
+def test_a_remote_image_shows_its_alt_text_and_link_and_is_never_fetched(new_page, alice, providers):
+    answer = "Look: ![a chart of sales](https://images.example.com/chart.png) and ![](http://x.example/p.gif)"
+    conversation = conversation_for(alice, "Pictures", "hi", answer)
+    page = new_page(alice)
+    requested: list[str] = []
+    page.on("request", lambda request: requested.append(request.url))
+    open_chat(page, f"/c/{conversation.pk}/")
+    links = page.locator(".answer a.remote-image")
+    expect(links).to_have_count(2)
+    expect(links.first).to_have_text("🖼 a chart of sales")
+    expect(links.first).to_have_attribute("href", "https://images.example.com/chart.png")
+    expect(links.nth(1)).to_have_text("🖼 image")
+    expect(page.locator(".answer img")).to_have_count(0)
+    assert not [url for url in requested if "example" in url]
+
+
+def test_tokens_page_from_the_chat_secret_once_with_a_copy_button_and_the_api_guide(new_page, alice, providers):
+    page = new_page(alice)
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"])
+    open_chat(page)
+    page.get_by_role("link", name="API tokens").click()
+    expect(page).to_have_url(re.compile("/settings/tokens/$"))
+    name = page.get_by_label("Name of a new token")
+    assert name.bounding_box()["width"] > 200  # styled like the other fields, not a tiny default box
+    name.fill("laptop")
+    page.get_by_role("button", name="Create token").click()
+    secret = page.get_by_test_id("new-token").text_content()
+    assert secret.startswith("sk-chat-")
+    page.get_by_role("button", name="Copy").click()
+    expect(page.locator("#copy-status")).to_have_text("Copied to the clipboard.")
+    assert page.evaluate("navigator.clipboard.readText()") == secret
+    screenshot(page, "tokens")
+    page.reload()  # neither a second token nor the secret again
+    expect(page.get_by_test_id("new-token")).to_have_count(0)
+    expect(page.locator(".token-list tbody tr")).to_have_count(1)
+    assert ApiToken.objects.filter(user=alice).count() == 1
+    page.get_by_role("link", name="API guide").click()
+    guide = page.get_by_test_id("api-guide")
+    expect(guide.get_by_role("heading", level=1)).to_have_text("The OpenAI-compatible API")
+    expect(guide.locator(".code-block").first).to_be_visible()
+    screenshot(page, "api-guide")
+
+
+def test_a_missing_conversation_url_shows_a_styled_page_with_a_way_back(new_page, alice, providers):
+    page = new_page(alice)
+    response = page.goto("/c/999999999/")
+    assert response.status == 404
+    expect(page.get_by_role("heading", level=1)).to_have_text("Page not found")
+    page.get_by_role("link", name="Back to the chat").click()
+    expect(page).to_have_url(re.compile("/$"))

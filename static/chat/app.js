@@ -55,6 +55,16 @@ function showBusy(busy) {
 setBusyHandler(showBusy);
 $("notice-close").addEventListener("click", () => (ui.notice.hidden = true));
 
+// The demo notice: shown until dismissed, then not again in this browser.
+const DEMO_DISMISSED = "chat.demoBannerDismissed";
+if ($("demo-banner")) {
+  $("demo-banner").hidden = localStorage.getItem(DEMO_DISMISSED) === "1";
+  $("demo-banner-close").addEventListener("click", () => {
+    $("demo-banner").hidden = true;
+    localStorage.setItem(DEMO_DISMISSED, "1");
+  });
+}
+
 // Follow the bottom while the user is there; scrolling up to read stops the following.
 let stuckToBottom = true;
 ui.messages.addEventListener("scroll", () => {
@@ -420,8 +430,25 @@ ui.thread.addEventListener("click", (event) => {
   if (!view) return;
   if (button.dataset.action === "regenerate") regenerate();
   else if (button.dataset.action === "edit") editLast(view);
-  else if (button.dataset.action === "copy") navigator.clipboard.writeText(view.content).catch(() => {});
+  else if (button.dataset.action === "copy") copyAnswer(button, view);
 });
+
+/** Copies the answer's markdown (without the blank lines models often start with) and says so. */
+async function copyAnswer(button, view) {
+  let said = "Copied";
+  try {
+    await navigator.clipboard.writeText(view.content.replace(/^(?:[ \t]*\n)+/, "").trimEnd());
+  } catch {
+    said = "Copy failed";
+  }
+  button.dataset.feedback = said;
+  button.setAttribute("aria-label", said);
+  clearTimeout(button.feedbackTimer);
+  button.feedbackTimer = setTimeout(() => {
+    delete button.dataset.feedback;
+    button.setAttribute("aria-label", button.title);
+  }, 1500);
+}
 handleCopyClicks(ui.thread);
 
 // Phone-sized screens: the sidebar slides over the page behind the menu button.

@@ -3,6 +3,11 @@ import { api } from "./api.js";
 import { iconButton } from "./icons.js";
 
 const SEARCH_DEBOUNCE_MS = 250;
+// Cancel is a plain button, not the form's first submit button: Enter in a field submits with confirm.
+for (const button of document.querySelectorAll("dialog [data-close]")) {
+  button.addEventListener("click", () => button.closest("dialog").close(button.value));
+}
+
 /** Opens a <dialog> and resolves true when its form is submitted with the confirm button. */
 function ask(dialog) {
   return new Promise((resolve) => {
