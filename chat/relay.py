@@ -22,7 +22,7 @@ from typing import Any
 
 import orjson
 
-from .params import ParamError, check_request
+from .params import DEFAULT_MAX_IMAGE_BYTES, ParamError, check_request
 from .sse import ServerSentEvent
 from .upstream import DONE, StreamState, UpstreamError, UpstreamStream, scrub
 
@@ -49,7 +49,9 @@ def error_body(message: str, type: str, code: str | None = None, param: str | No
     return orjson.dumps({"error": {"message": message, "type": type, "param": param, "code": code}})
 
 
-def parse_request(raw: bytes, *, max_tokens: int = 32768, max_n: int = 1) -> dict[str, Any]:
+def parse_request(
+    raw: bytes, *, max_tokens: int = 32768, max_n: int = 1, max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES
+) -> dict[str, Any]:
     """The client's chat completion request: only the supported fields, each checked (chat/params.py)."""
     try:
         body = orjson.loads(raw)
@@ -58,7 +60,7 @@ def parse_request(raw: bytes, *, max_tokens: int = 32768, max_n: int = 1) -> dic
     if not isinstance(body, dict):
         raise RequestError(400, "The request body must be a JSON object.")
     try:
-        return check_request(body, max_tokens=max_tokens, max_n=max_n)
+        return check_request(body, max_tokens=max_tokens, max_n=max_n, max_image_bytes=max_image_bytes)
     except ParamError as exc:
         raise RequestError(400, exc.message, code=exc.code, param=exc.param or None) from None
 
