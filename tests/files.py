@@ -64,6 +64,17 @@ def image(width: int = 64, height: int = 48, format: str = "PNG", color=(200, 40
     return buffer.getvalue()
 
 
+def noise(width: int, height: int) -> bytes:
+    """A PNG of random pixels: it does not compress, so its size is about 3 bytes a pixel."""
+    import os
+
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.frombytes("RGB", (width, height), os.urandom(width * height * 3)).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
 def gif(frames: int = 3) -> bytes:
     from PIL import Image
 

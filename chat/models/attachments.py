@@ -34,12 +34,8 @@ MAX_PER_MESSAGE = 20
 
 
 def attachment_storage():
+    """Looked up at each use, so the STORAGES setting (and a test's override of it) decides."""
     return storages["attachments"]
-
-
-def stored_name(instance: Attachment, filename: str) -> str:
-    # Never the user's file name: no path tricks, no collisions, nothing guessable.
-    return f"{instance.owner_id}/{uuid.uuid4().hex}"
 
 
 class AttachmentQuerySet(models.QuerySet):
@@ -80,7 +76,7 @@ class Attachment(models.Model):
     width = models.PositiveIntegerField(null=True, blank=True)
     height = models.PositiveIntegerField(null=True, blank=True)
     data = models.BinaryField(null=True, blank=True, editable=False)
-    file = models.FileField(storage=attachment_storage, upload_to=stored_name, blank=True, max_length=300)
+    path = models.CharField(max_length=300, blank=True, help_text="Its name in the attachments storage, if not here.")
     created = models.DateTimeField(auto_now_add=True)
 
     objects = AttachmentQuerySet.as_manager()
@@ -120,14 +116,16 @@ class Attachment(models.Model):
         if settings.ATTACHMENT_STORAGE == "database":
             attachment.data = inspected.data
         else:
-            attachment.file.save("upload", ContentFile(inspected.data), save=False)
+            # Never the user's file name: no path tricks, no collisions, nothing guessable.
+            name = f"{owner.pk}/{uuid.uuid4().hex}"
+            attachment.path = attachment_storage().save(name, ContentFile(inspected.data))
         attachment.save()
         return attachment
 
     def read(self) -> bytes:
         if self.data is not None:
             return bytes(self.data)
-        with self.file.open("rb") as stored:
+        with attachment_storage().open(self.path, "rb") as stored:
             return stored.read()
 
     def data_url(self) -> str:
@@ -150,9 +148,9 @@ class Attachment(models.Model):
 @receiver(post_delete, sender=Attachment)
 def delete_stored_file(sender, instance: Attachment, **kwargs) -> None:
     """A deleted attachment's file goes too (a conversation's delete cascades here)."""
-    if instance.file:
+    if instance.path:
         try:
-            instance.file.delete(save=False)
+            attachment_storage().delete(instance.path)
         except Exception as exc:  # the row is gone either way; an orphaned file is only logged
             log.warning("could not delete the file of attachment %s: %r", instance.pk, exc)
 
