@@ -15,7 +15,8 @@ Start it as daphne (same options): `python -m chatsite.server -b 127.0.0.1 -p 80
 * Request bodies. twisted.web buffers a whole request body (in memory, then in a temp
   file) before daphne hands it over. Bodies over Django's DATA_UPLOAD_MAX_MEMORY_SIZE are
   refused with 413 while they arrive: at the Content-Length header, or as soon as a
-  chunked body's running size passes the limit.
+  chunked body's running size passes the limit. The attachment upload's path alone
+  may send ATTACHMENT_MAX_FILE_BYTES and its multipart framing.
 * SIGTERM. Stop listening, let streams finish for SHUTDOWN_GRACE_SECONDS, then end the
   rest (text and usage saved as `interrupted`, websocket watchers get `done`, `/v1`
   clients an error event and `[DONE]`), close the sockets, and only then stop the loop.

@@ -253,6 +253,11 @@ def test_upload_answers_the_chip_and_download_is_never_a_page(server, alice, bob
         got = client.get(picture["url"])
         assert got.headers["content-type"] == "image/png" and got.headers["content-disposition"].startswith("attach")
         assert Image.open(io.BytesIO(got.content)).size == (30, 20)
+        # Past REQUEST_MAX_BYTES (2.5 MB), which every other path keeps: uploads may be up to 20 MB.
+        large = files.noise(1000, 1000)
+        assert len(large) > settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        assert upload(client, "noise.png", large).status_code == 201
+        assert client.post("/api/budget", content=large).status_code == 413
         # Without the CSRF token: refused.
         del client.headers["X-CSRFToken"]
         assert upload(client, "x.txt", b"hello").status_code == 403
