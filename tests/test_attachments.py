@@ -419,3 +419,18 @@ def test_v1_image_parts_are_size_limited(limited, alice, providers, fake):
     fits = "data:image/png;base64," + base64.b64encode(files.image(8, 8)).decode()
     client.chat.completions.create(model=GPT, messages=image_message(fits))
     assert fake.app.last().body["messages"] == image_message(fits)
+
+
+def test_the_admin_shows_a_messages_attachments_and_staff_may_download_them(alice, django_user_model, client):
+    conversation = Conversation.objects.create(owner=alice, title="with files")
+    message = Message.objects.create(conversation=conversation, role=Message.Role.USER, content="see")
+    report = make(alice, "report.pdf", files.pdf("Revenue grew"), message)
+    staff = django_user_model.objects.create_superuser("root", password="root-secret-pw")
+    client.force_login(staff)
+    page = client.get(f"/admin/chat/conversation/{conversation.pk}/change/")
+    assert f'<a href="/api/attachments/{report.pk}">report.pdf</a>' in page.content.decode()
+    detail = client.get(f"/admin/chat/attachment/{report.pk}/change/").content.decode()
+    assert "Revenue grew" in detail  # the text the model was sent
+    download = client.get(f"/api/attachments/{report.pk}")
+    assert download.status_code == 200 and download.content == files.pdf("Revenue grew")
+    assert download["Content-Disposition"] == 'attachment; filename="report.pdf"'
