@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -22,6 +23,9 @@ from .models.attachments import human_size
 from .views import error
 
 log = logging.getLogger(__name__)
+
+# Files read at once by this process (each in a child of its own, up to 1.5 GB): the rest wait their turn.
+_reading = asyncio.Semaphore(max(1, os.cpu_count() or 1))
 
 # A download is never a page of ours: no script, no styles, no frames, whatever it claims to be.
 DOWNLOAD_POLICY = "default-src 'none'; img-src 'self'; sandbox"
@@ -50,7 +54,9 @@ async def upload(request):
         return error(400, "empty_file", f"{name} is empty.")
     data = await asyncio.to_thread(upload.read)
     try:
-        inspected = await asyncio.to_thread(extract.inspect_limited, data, timeout=settings.ATTACHMENT_EXTRACT_SECONDS)
+        async with _reading:
+            timeout = settings.ATTACHMENT_EXTRACT_SECONDS
+            inspected = await asyncio.to_thread(extract.inspect_limited, data, timeout=timeout)
     except extract.Unreadable as exc:
         return error(400, "unreadable", f"{name}: {exc}")
     if inspected.kind == "document" and inspected.tokens > settings.ATTACHMENT_MAX_MESSAGE_TOKENS:

@@ -342,6 +342,15 @@ async def test_send_with_attachments_checks_them_and_ties_them_to_the_message(co
     # Sent once: the same id again is not found.
     await socket.send(type="send", conversation=None, content="again", model=CLAUDE, attachments=[notes.pk])
     assert (await socket.until("error"))[-1]["code"] == "not_found"
+    # An edit of the words keeps the attachments, and so does a regenerate.
+    await socket.send(type="edit", message=started["user_message"], content="Summarise it")
+    await socket.until("done")
+    expected = '<attachment name="notes.txt">\nthe plan\n</attachment>\n\nSummarise it'
+    assert fake.app.last().body["messages"][-1]["content"] == expected
+    await socket.send(type="regenerate", conversation=started["conversation"])
+    await socket.until("done")
+    assert fake.app.last().body["messages"][-1]["content"] == expected
+    assert await Attachment.objects.filter(message_id=started["user_message"]).acount() == 1
 
 
 @override_settings(ATTACHMENT_MAX_MESSAGE_BYTES=3000, ATTACHMENT_MAX_MESSAGE_TOKENS=300)
@@ -434,3 +443,28 @@ def test_the_admin_shows_a_messages_attachments_and_staff_may_download_them(alic
     download = client.get(f"/api/attachments/{report.pk}")
     assert download.status_code == 200 and download.content == files.pdf("Revenue grew")
     assert download["Content-Disposition"] == 'attachment; filename="report.pdf"'
+
+
+def test_s3_storage_is_configured_from_the_environment():
+    """ATTACHMENT_STORAGE=s3 builds django-storages' S3 backend from AWS_* (no S3 service is reached)."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.live import ROOT
+
+    script = (
+        "import django; django.setup(); from django.core.files.storage import storages; "
+        "s = storages['attachments']; print(type(s).__name__, s.bucket_name, s.endpoint_url, s.location, "
+        "s.default_acl, s.querystring_auth)"
+    )
+    env = {
+        **os.environ, "DJANGO_SETTINGS_MODULE": "chatsite.settings", "ATTACHMENT_STORAGE": "s3",
+        "AWS_STORAGE_BUCKET_NAME": "chat-files", "AWS_S3_ENDPOINT_URL": "https://minio.internal:9000",
+    }  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", script], env=env, cwd=ROOT, capture_output=True, text=True)
+    assert out.stdout.split() == ["S3Storage", "chat-files", "https://minio.internal:9000", "attachments", "private",
+                                  "True"], out.stderr  # fmt: skip
+    env["ATTACHMENT_STORAGE"] = "ftp"
+    out = subprocess.run([sys.executable, "-c", script], env=env, cwd=ROOT, capture_output=True, text=True)
+    assert "ATTACHMENT_STORAGE must be database, files or s3" in out.stderr
