@@ -24,7 +24,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from . import budgets, limits, upstream
-from .models import Conversation, Message, Provider, Turn, Usage, client, fit, prompt_chars, stream_state, timeouts
+from .models import Conversation, Message, Provider, Turn, Usage, client, fit, stream_state, timeouts
+from .relay import prompt_chars
 
 log = logging.getLogger(__name__)
 

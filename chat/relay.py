@@ -22,6 +22,7 @@ from typing import Any
 
 import orjson
 
+from .extract import CHARS_PER_TOKEN, image_tokens
 from .params import DEFAULT_MAX_IMAGE_BYTES, ParamError, check_request
 from .sse import ServerSentEvent
 from .upstream import DONE, StreamState, UpstreamError, UpstreamStream, scrub
@@ -30,6 +31,7 @@ OPENING = b": connected\n\n"
 KEEP_ALIVE = b": keep-alive\n\n"
 DONE_EVENT = b"data: [DONE]\n\n"
 _END = object()
+IMAGE_CHARS = image_tokens(2048, 2048) * CHARS_PER_TOKEN
 
 
 class RequestError(Exception):
@@ -91,8 +93,19 @@ def message_text(content: Any) -> str:
 
 
 def prompt_chars(messages: list[dict[str, Any]]) -> int:
-    """The length of the prompt's text, for estimating its tokens when the upstream does not say."""
-    return sum(len(message_text(message.get("content"))) for message in messages)
+    """The length of the prompt's text, for estimating its tokens when the upstream does not say.
+
+    Each image part counts as the characters of its tokens at most (OpenAI's estimate for an
+    image fitted in 2048 px, which is what attachments are).
+    """
+    images = sum(
+        1
+        for message in messages
+        if isinstance(message.get("content"), list)
+        for part in message["content"]
+        if isinstance(part, dict) and part.get("type") == "image_url"
+    )
+    return sum(len(message_text(message.get("content"))) for message in messages) + images * IMAGE_CHARS
 
 
 class Relay:

@@ -12,7 +12,7 @@
 from ..budgets import Budget, Limit, Price, Spent, budget_for, month_start, price_unpriced, priced, spent
 from .attachments import Attachment, AttachmentQuerySet
 from .base import ChatError, Status, fit
-from .conversations import Conversation, ConversationQuerySet, Message, MessageQuerySet, Turn, begin_turn, prompt_chars
+from .conversations import Conversation, ConversationQuerySet, Message, MessageQuerySet, Turn, begin_turn
 from .providers import (
     DEMO_MODEL,
     DEMO_PROVIDER,
@@ -63,7 +63,6 @@ __all__ = [
     "month_start",
     "price_unpriced",
     "priced",
-    "prompt_chars",
     "spent",
     "stream_state",
     "timeouts",

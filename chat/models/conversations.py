@@ -12,6 +12,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from .. import upstream
+from ..relay import prompt_chars
 from .base import MODEL_MAX_LENGTH, ChatError, Status
 from .providers import CatalogEntry
 from .usage import Usage
@@ -257,7 +258,7 @@ def _begin_turn(
             conversation.system_prompt = system_prompt
         conversation.save(update_fields=["model", "updated", "params", "system_prompt"])
         history = conversation.upstream_messages(images=images)
-        prompt_tokens = upstream.estimate_tokens(prompt_chars(history))
+        prompt_tokens = upstream.estimate_tokens(prompt_chars(history))  # chat/relay.py: text and images
         try:
             reservation = reserve(
                 user,
@@ -288,21 +289,3 @@ def _begin_turn(
             worker_id=worker_id,
         )
     return Turn(conversation, user_message, reply, usage, history)
-
-
-def prompt_chars(history: list[dict]) -> int:
-    """A history's length for estimating its tokens: its text, and each image as its estimated tokens' worth."""
-    from ..extract import CHARS_PER_TOKEN, image_tokens
-
-    chars = 0
-    for message in history:
-        content = message["content"]
-        if isinstance(content, str):
-            chars += len(content)
-            continue
-        for part in content:
-            if part["type"] == "text":
-                chars += len(part["text"])
-            else:  # re-encoded to fit 2048 px: at most this many tokens
-                chars += image_tokens(2048, 2048) * CHARS_PER_TOKEN
-    return chars
