@@ -119,9 +119,16 @@ export class AttachmentTray {
     pasteTarget.addEventListener("paste", (event) => {
       const files = [...(event.clipboardData?.files || [])];
       if (!files.length) return; // plain text pastes as usual
-      event.preventDefault();
+      // A screenshot is only a file; copied text that brings a picture along still pastes its text.
+      if (!event.clipboardData.types.includes("text/plain")) event.preventDefault();
       this.add(files);
     });
+    // A file dropped anywhere else must not make the browser leave the chat to show it.
+    for (const type of ["dragover", "drop"]) {
+      window.addEventListener(type, (event) => {
+        if ([...(event.dataTransfer?.types || [])].includes("Files")) event.preventDefault();
+      });
+    }
     this.list.addEventListener("click", (event) => {
       const button = event.target.closest("button[data-action=remove-attachment]");
       const item = this.items.find((entry) => entry.node.contains(button));
