@@ -468,3 +468,17 @@ def test_s3_storage_is_configured_from_the_environment():
     env["ATTACHMENT_STORAGE"] = "ftp"
     out = subprocess.run([sys.executable, "-c", script], env=env, cwd=ROOT, capture_output=True, text=True)
     assert "ATTACHMENT_STORAGE must be database, files or s3" in out.stderr
+
+
+async def test_attachments_go_in_the_order_they_were_attached_not_uploaded(connect, alice, providers, fake):
+    from asgiref.sync import sync_to_async
+
+    uploaded_first = await sync_to_async(make)(alice, "second.txt", b"two")
+    uploaded_last = await sync_to_async(make)(alice, "first.txt", b"one")
+    _, _, socket = await connect(alice)
+    order = [uploaded_last.pk, uploaded_first.pk]
+    await socket.send(type="send", conversation=None, content="go", model=CLAUDE, attachments=order)
+    await socket.until("done")
+    assert fake.app.last().body["messages"][-1]["content"] == (
+        '<attachment name="first.txt">\none\n</attachment>\n\n<attachment name="second.txt">\ntwo\n</attachment>\n\ngo'
+    )

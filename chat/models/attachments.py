@@ -48,6 +48,12 @@ class AttachmentQuerySet(models.QuerySet):
     def stored_bytes(self) -> int:
         return self.aggregate(total=Sum("stored_bytes"))["total"] or 0
 
+    def attach_to(self, message, attachments: list[Attachment]) -> None:
+        """Tie uploads to the message they were sent with, in the order the user attached them."""
+        for position, attachment in enumerate(attachments):
+            attachment.message, attachment.position = message, position
+        self.bulk_update(attachments, ["message", "position"])
+
     def for_message(self, user, ids: list[int]) -> list[Attachment]:
         """The user's unsent uploads with these ids, in that order; not_found for any other id."""
         found = {a.pk: a for a in self.owned_by(user).unsent().filter(pk__in=ids)}
@@ -77,12 +83,13 @@ class Attachment(models.Model):
     height = models.PositiveIntegerField(null=True, blank=True)
     data = models.BinaryField(null=True, blank=True, editable=False)
     path = models.CharField(max_length=300, blank=True, help_text="Its name in the attachments storage, if not here.")
+    position = models.PositiveSmallIntegerField(default=0, help_text="Its place among the message's attachments.")
     created = models.DateTimeField(auto_now_add=True)
 
     objects = AttachmentQuerySet.as_manager()
 
     class Meta:
-        ordering = ["pk"]
+        ordering = ["position", "pk"]
 
     def __str__(self) -> str:
         return self.name

@@ -248,7 +248,7 @@ def _begin_turn(
         else:
             user_message = conversation.messages.create(role=Message.Role.USER, content=content)
             if attachments:
-                Attachment.objects.filter(pk__in=[a.pk for a in attachments]).update(message=user_message)
+                Attachment.objects.attach_to(user_message, attachments)
         now = timezone.now()
         conversation.model = entry.qualified
         conversation.updated = now
