@@ -14,7 +14,9 @@ import os
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.http import HttpResponse, JsonResponse
+from django.middleware.csrf import CsrfViewMiddleware
 from django.utils.http import content_disposition_header
+from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods
 
 from . import extract
@@ -23,6 +25,7 @@ from .models.attachments import human_size
 from .views import error
 
 log = logging.getLogger(__name__)
+_csrf = CsrfViewMiddleware(lambda request: None)
 
 # Files read at once by this process (each in a child of its own, up to 1.5 GB): the rest wait their turn.
 _reading = asyncio.Semaphore(max(1, os.cpu_count() or 1))
@@ -31,6 +34,7 @@ _reading = asyncio.Semaphore(max(1, os.cpu_count() or 1))
 DOWNLOAD_POLICY = "default-src 'none'; img-src 'self'; sandbox"
 
 
+@csrf_exempt  # checked below, once the body is parsed: not on the thread every socket's database work shares
 async def upload(request):
     """POST a multipart `file`: checked by content, read (text, or the image re-encoded), stored unsent."""
     if request.method != "POST":
@@ -38,8 +42,12 @@ async def upload(request):
     user = await request.auser()
     if not user.is_authenticated:
         return error(401, "unauthenticated", "Sign in first.")
-    # Django parses the multipart body (spooling a large file to disk) off the event loop.
+    # Django parses the multipart body (spooling a large file to disk) on a thread of its own; the
+    # CSRF middleware would parse it on the shared one, which every socket's database work waits for.
     files = await sync_to_async(lambda: request.FILES, thread_sensitive=False)()
+    refused = await sync_to_async(_csrf.process_view, thread_sensitive=False)(request, None, (), {})
+    if refused is not None:
+        return refused
     upload = files.get("file")
     if upload is None:
         return error(400, "bad_field", "Send the file as the multipart field `file`.")
