@@ -163,11 +163,14 @@ def delete_stored_file(sender, instance: Attachment, **kwargs) -> None:
 
 
 def human_size(size: float) -> str:
-    for unit in ("bytes", "KB", "MB", "GB"):
-        if size < 1000 or unit == "GB":
-            return f"{size:,.0f} {unit}" if unit == "bytes" else f"{size:,.1f} {unit}"
+    """Sizes as the page writes them (static/chat/attachments.js): 615 bytes, 4.2 MB, 20 MB."""
+    if size < 1000:
+        return f"{size:.0f} bytes"
+    for unit in ("KB", "MB", "GB"):
         size /= 1000
-    return f"{size} GB"
+        if size < 1000 or unit == "GB":
+            break
+    return f"{size:.1f} {unit}" if size < 10 else f"{size:,.0f} {unit}"
 
 
 # --- what the model is sent -------------------------------------------------------------
