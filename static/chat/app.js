@@ -1,5 +1,6 @@
 // The chat page: wires the socket, the sidebar, the settings and the message views together.
 import { api, setBusyHandler, setCsrfToken } from "./api.js";
+import { AttachmentTray } from "./attachments.js";
 import { MessageView } from "./messages.js";
 import { handleCopyClicks } from "./render.js";
 import { ModelPicker, SettingsPanel } from "./settings.js";
@@ -213,15 +214,27 @@ function retryBusy(pending) {
 
 function sendMessage() {
   const content = ui.input.value;
-  if (!content.trim() || state.pending || state.streaming) return;
+  if ((!content.trim() && !tray.items.length) || state.pending || state.streaming) return;
   if (new TextEncoder().encode(content).length > config.maxContentBytes) {
     showNotice(`The message is too long (over ${config.maxContentBytes.toLocaleString("en-US")} bytes).`);
     return;
   }
+  // Refused here, before anything is sent: a model that takes no images, uploads still running, the limits.
+  const problem = tray.problem(picker.chosen, content);
+  if (problem) {
+    showNotice(problem);
+    return;
+  }
   const frame = { type: "send", conversation: state.conversation, content, model: picker.value };
   if (state.conversation === null) Object.assign(frame, settings.forNewChat());
-  const view = new MessageView({ id: null, role: "user", content, status: "pending" });
-  if (!submit(frame, { kind: "send", conversation: state.conversation, view, content })) return;
+  const attachments = tray.ready;
+  if (attachments.length) frame.attachments = attachments.map((attachment) => attachment.id);
+  const view = new MessageView({ id: null, role: "user", content, status: "pending", attachments });
+  const taken = tray.take();
+  if (!submit(frame, { kind: "send", conversation: state.conversation, view, content, taken })) {
+    tray.restore(taken);
+    return;
+  }
   ui.thread.append(view.article);
   ui.input.value = "";
   autogrow();
@@ -340,6 +353,7 @@ function onError(frame) {
     if (pending.kind === "send") {
       pending.view.article.remove();
       if (!ui.input.value) ui.input.value = pending.content; // nothing typed is lost
+      tray.restore(pending.taken); // nor anything attached
       autogrow();
     }
   }
@@ -380,6 +394,16 @@ const sidebar = new Sidebar({
 const budget = new BudgetMeter();
 const picker = new ModelPicker($("model"));
 const settings = new SettingsPanel({ conversation: () => state.conversation, onError: showNotice });
+const tray = new AttachmentTray({
+  list: $("attachment-chips"),
+  button: $("attach"),
+  input: $("file-input"),
+  dropZone: document.querySelector("main.main"),
+  pasteTarget: ui.input,
+  limits: config.attachments,
+  csrfToken: config.csrfToken,
+  onError: showNotice,
+});
 
 const socket = new ChatSocket(socketUrl(config.wsPath), {
   onFrame,
@@ -450,6 +474,16 @@ async function copyAnswer(button, view) {
   }, 1500);
 }
 handleCopyClicks(ui.thread);
+
+// An attached image's thumbnail opens it full size, in the page (its URL itself is a download).
+const imageDialog = $("image-dialog");
+document.addEventListener("click", (event) => {
+  const thumb = event.target.closest("button[data-action=view-image]");
+  if (!thumb) return;
+  $("image-full").src = thumb.dataset.url;
+  $("image-full").alt = thumb.querySelector("img")?.alt || "";
+  imageDialog.showModal();
+});
 
 // Phone-sized screens: the sidebar slides over the page behind the menu button.
 function closeSidebar() {
