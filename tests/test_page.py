@@ -26,6 +26,7 @@ from tests.page_helpers import (
     CLAUDE,
     answer_length,
     choose_model,
+    control_sockets,
     last_reply,
     open_chat,
     screenshot,
@@ -633,6 +634,72 @@ def test_reconnects_after_the_server_dies_and_chats_again(page, server):
     reply = send(page, "[[chunks:5]] after the crash")
     wait_done(reply)
     expect(reply.locator(".answer")).to_have_text(filler(5))
+
+
+def test_a_message_sent_before_the_socket_opens_goes_out_once_it_does(new_page, alice, providers):
+    page = new_page(alice)
+    control_sockets(page, "hold")  # the handshake is slow: the page is up, its socket is not yet
+    page.goto("/")
+    expect(page.locator("#model option").first).to_be_attached()
+    box = page.get_by_label("Message")
+    box.fill("[[chunks:3]] typed at once")
+    box.press("Enter")
+    expect(page.locator("#reconnecting")).to_contain_text("Connecting…")
+    expect(box).to_have_value("")
+    expect(page.locator("#notice")).to_be_hidden()
+    page.evaluate("window.__sockets.release()")
+    reply = last_reply(page)
+    wait_done(reply)
+    expect(reply.locator(".answer")).to_have_text(filler(3))
+    expect(page.locator("#reconnecting")).to_be_hidden()
+    expect(page.locator("article.message.user")).to_have_count(1)
+
+
+def test_stop_pressed_while_disconnected_goes_out_when_the_socket_is_back(new_page, alice, providers):
+    page = new_page(alice)
+    control_sockets(page)
+    open_chat(page)
+    reply = send(page, "[[delay:40]] [[chunks:400]] stop me while offline")
+    message_id = int(reply.get_attribute("data-message-id"))
+    wait_longer_while_streaming(page, reply, 0)
+    page.evaluate("window.__sockets.hold(); window.__sockets.drop()")
+    expect(page.locator("html")).to_have_attribute("data-socket", "down")
+    stop = page.locator("#stop")
+    stop.click()
+    expect(stop).to_be_disabled()
+    expect(stop).to_have_attribute("aria-label", "Stopping…")
+    page.evaluate("window.__sockets.release()")
+    wait_done(page.locator(f'article[data-message-id="{message_id}"]'), "stopped")
+    stored = Message.objects.get(pk=message_id)
+    assert stored.status == "stopped" and len(stored.content) < len(filler(400))
+    expect(page.locator("#send")).to_be_visible()
+
+
+def test_moving_to_another_conversation_while_disconnected_keeps_url_and_content_in_step(new_page, alice, providers):
+    first = conversation_for(alice, "First", "one", "first answer")
+    second = conversation_for(alice, "Second", "two", "second answer")
+    page = new_page(alice)
+    control_sockets(page)
+    open_chat(page, f"/c/{first.pk}/")
+    expect(page.locator(".answer")).to_have_text("first answer")
+    page.evaluate("window.__sockets.refuse(); window.__sockets.drop()")  # the server is unreachable...
+    page.route("**/api/conversations/*", lambda route: route.abort())  # ...for its pages too
+    expect(page.locator("html")).to_have_attribute("data-socket", "down")
+    page.locator(f'#conversation-list li[data-conversation-id="{second.pk}"] a').click()
+    expect(page).to_have_url(re.compile(f"/c/{second.pk}/$"))
+    expect(page.get_by_text("first answer")).to_have_count(0)
+    expect(page.locator("#notice")).to_contain_text("Could not open the conversation")
+    # "Retry now" tries at once instead of after the backoff (by then about 4 s).
+    page.wait_for_function("() => window.__sockets.made >= 4")
+    made = page.evaluate("window.__sockets.made")
+    page.get_by_role("button", name="Retry now").click()
+    page.wait_for_function("made => window.__sockets.made > made", arg=made, timeout=1500)
+    page.unroute("**/api/conversations/*")
+    page.evaluate("window.__sockets.release()")  # back within the backoff's 10 s at most
+    expect(page.locator(".answer")).to_have_text("second answer", timeout=20_000)
+    expect(page.get_by_role("heading", level=1)).to_have_text("Second")
+    expect(page.locator("#notice")).to_be_hidden()
+    expect(page.locator("#reconnecting")).to_be_hidden()
 
 
 # --- policy, layout, themes -----------------------------------------------------------

@@ -62,7 +62,7 @@ export class Sidebar {
       const data = await api(`/api/conversations${query ? `?q=${encodeURIComponent(query)}` : ""}`, {
         signal: request.signal,
       });
-      this.render(data.conversations, query);
+      if (this.request === request) this.render(data.conversations, query);
     } catch (error) {
       if (error.name !== "AbortError") this.handlers.error(`Could not load conversations: ${error.message}`);
     }
