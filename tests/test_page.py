@@ -223,13 +223,48 @@ def test_reasoning_streams_in_an_open_thinking_block_that_folds_when_the_answer_
     expect(thinking).not_to_have_attribute("open", "")  # folded as soon as the answer starts
     wait_done(reply)
     reasoning = "".join(_cycle_pieces(_REASONING_TEXT, 60))
-    expect(thinking.locator("summary")).to_have_text(f"Thought for {len(reasoning):,} characters")
+    # 60 reasoning chunks 40 ms apart: about 2.4 s of thinking, measured by the server and stored.
+    thought = Message.objects.get(pk=int(reply.get_attribute("data-message-id"))).thinking_ms
+    assert 2000 <= thought <= 6000, thought
+    expect(thinking.locator("summary")).to_have_text(f"Thought for {round(thought / 1000)} s")
     expect(thinking).not_to_have_attribute("open", "")
     expect(thinking.locator(".thinking-body")).to_have_text(reasoning.strip())
     page.reload()  # a finished message keeps it, folded
     reply = last_reply(page)
-    expect(reply.locator("details.thinking summary")).to_have_text(f"Thought for {len(reasoning):,} characters")
+    expect(reply.locator("details.thinking summary")).to_have_text(f"Thought for {round(thought / 1000)} s")
     expect(reply.locator("details.thinking")).not_to_have_attribute("open", "")
+
+
+def test_the_thinking_block_follows_long_reasoning_unless_scrolled_up(page):
+    reply = send(page, "[[reasoning:2000]] [[delay:5]] [[chunks:5]] think at length")
+    body = reply.locator(".thinking-body")
+    at_bottom = """body => body.scrollHeight > body.clientHeight + 50
+        && body.scrollHeight - body.scrollTop - body.clientHeight < 30"""
+    page.wait_for_function(at_bottom, arg=body.element_handle())
+    length = body.evaluate("body => { body.scrollTop = 0; return body.textContent.length; }")
+    grown = "([body, than]) => body.textContent.length > than + 200"
+    page.wait_for_function(grown, arg=[body.element_handle(), length])
+    assert body.evaluate("body => body.scrollTop") == 0  # the reader's place is kept
+
+
+def test_a_tool_call_answer_shows_each_call_folded(page):
+    reply = send(page, "[[tools]] what is the weather")
+    wait_done(reply)
+    calls = reply.locator("details.tool-call")
+    expect(calls).to_have_count(2)
+    expect(calls.first.locator("summary")).to_have_text("Tool call: get_weather")
+    expect(calls.first).not_to_have_attribute("open", "")
+    calls.first.locator("summary").click()
+    expect(calls.first.locator("code")).to_contain_text('"')
+    page.reload()  # stored with the message
+    expect(last_reply(page).locator("details.tool-call")).to_have_count(2)
+
+
+def test_a_request_that_never_started_shows_no_guessed_usage(page):
+    reply = send(page, "[[status:500]] fail at once")
+    wait_done(reply, "failed")
+    expect(reply.locator(".usage")).to_be_hidden()
+    expect(reply.locator(".message-error")).to_be_visible()
 
 
 def test_markdown_table_highlighted_code_and_copy_button(new_page, alice, providers):

@@ -149,6 +149,7 @@ class Message(models.Model):
     content = models.TextField(blank=True)
     reasoning = models.TextField(blank=True)
     tool_calls = models.JSONField(null=True, blank=True)
+    thinking_ms = models.PositiveIntegerField("time spent thinking (ms)", null=True, blank=True)
     status = models.CharField(max_length=12, choices=Status.choices, default=Status.COMPLETE, db_index=True)
     finish_reason = models.CharField(max_length=30, blank=True)
     error = models.TextField(blank=True)
