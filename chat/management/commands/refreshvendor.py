@@ -66,7 +66,12 @@ PACKAGES = [
         "3.5.0",
         "sha512-LYC0ZkE8P1V42JsRYTwMdme/2ET8SpOc5AA2eOFjP/IadvRd2fwiT4TVz5vkfy0XUx12aS2UaRkTnfVPNOv9vw==",
         "dompurify",
-        {"dist/purify.es.mjs": "purify.es.mjs", "LICENSE": "LICENSE", "LICENSE-MPL": "LICENSE-MPL"},
+        {
+            "dist/purify.es.mjs": "purify.es.mjs",
+            "dist/purify.min.js": "purify.min.js",  # for the diagram frame, which runs classic scripts
+            "LICENSE": "LICENSE",
+            "LICENSE-MPL": "LICENSE-MPL",
+        },
         optional=("LICENSE-MPL",),
     ),
     Package(
