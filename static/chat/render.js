@@ -9,7 +9,7 @@ import { mathExtension, typesetMath } from "./math.js";
 // A tail that is neither one open paragraph nor one open code block is rendered whole at each
 // frame; past this size its code is not highlighted (cost per frame).
 const TAIL_HIGHLIGHT_LIMIT = 12000;
-const FENCE_RE = /^ {0,3}(`{3,}|~{3,})(.*)$/;
+const FENCE_RE = /^ *(`{3,}|~{3,})(.*)$/;
 // A line that may continue the block above across a blank line: indented, or a list item.
 const CONTINUES_RE = /^(?:[ \t]|[-*+][ \t]|\d{1,9}[.)][ \t])/;
 // Link reference definitions reach back across blocks: only a whole render resolves them.
@@ -17,8 +17,11 @@ const REFERENCE_RE = /^ {0,3}\[[^\]]+\]:/m;
 // A line that may start or turn a paragraph into another block (heading, list, quote, table, fence,
 // setext underline, HTML, math, indented code): an open paragraph with one is rendered whole.
 const NOT_PLAIN_RE = /^(?:\s*$| {0,3}(?:[#>*+\-=_|`~<]|\d{1,9}[.)]|\$\$|\\\[)| {4}|\t)/;
-// An open paragraph is rendered in segments of about this many characters, each once.
+// An open paragraph is rendered in segments of about this many characters, each once, and laid out
+// in parts of about PART characters; an open code block in parts of PART_LINES lines.
 const SEGMENT = 400;
+const PART = 3000;
+const PART_LINES = 100;
 
 const ESCAPES = { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" };
 export function escapeHtml(text) {
@@ -204,16 +207,31 @@ function balanced(piece) {
   );
 }
 
-/** One open top-level paragraph: finished segments are rendered once, the last one at each frame. */
+/**
+ * One open top-level paragraph: finished segments are rendered once, the last one at each frame.
+ * The browser lays a paragraph's lines out again whenever it grows, so while it is open it is kept
+ * in parts of a few thousand characters (display: block, cut after a sentence): only the last is
+ * laid out again. The closed paragraph is one <p> like any other.
+ */
 class OpenParagraph {
   constructor(tail, source, start) {
     this.start = start;
-    this.done = start; // source[start:done] is in `frozen` nodes
+    this.done = start; // source[start:done] is rendered, before `live`
     this.checked = start; // lines before this were found plain
+    this.partLength = 0;
     this.paragraph = document.createElement("p");
+    this.paragraph.className = "open-paragraph";
     this.live = document.createElement("span");
-    this.paragraph.append(this.live);
+    this.newPart();
     tail.replaceChildren(this.paragraph);
+  }
+
+  newPart() {
+    const part = document.createElement("span");
+    part.className = "open-part";
+    part.append(this.live);
+    this.paragraph.append(part);
+    this.partLength = 0;
   }
 
   /** Still one plain paragraph? Reads only the lines that arrived since the last call. */
@@ -240,8 +258,11 @@ class OpenParagraph {
         end = source.lastIndexOf(" ", source.length - 2) + 1; // markup left open that long: cut anyway
       }
       if (end <= this.done) break;
-      this.live.before(inline(source.slice(this.done, end)));
+      const piece = source.slice(this.done, end);
+      this.live.before(inline(piece));
       this.done = end;
+      this.partLength += piece.length;
+      if (this.partLength > PART && /[.!?:;] $/.test(piece)) this.newPart();
     }
     this.live.replaceChildren(inline(source.slice(this.done)));
   }
@@ -251,7 +272,11 @@ function inline(text) {
   return sanitize(marked.parseInline(text));
 }
 
-/** One open fenced code block: complete lines are highlighted and appended once, the last line is text. */
+/**
+ * One open fenced code block: complete lines are highlighted and appended once, the last line is
+ * text. Like an open paragraph, it is kept in parts (of PART_LINES lines) so that only the last is
+ * laid out again as it grows.
+ */
 class OpenCode {
   constructor(tail, source, start, bodyStart, info) {
     this.start = start;
@@ -262,7 +287,15 @@ class OpenCode {
     tail.replaceChildren(block);
     this.code = tail.querySelector("code");
     this.line = document.createTextNode("");
-    this.code.append(this.line);
+    this.newPart();
+  }
+
+  newPart() {
+    const part = document.createElement("span");
+    part.className = "open-part";
+    part.append(this.line);
+    this.code.append(part);
+    this.partLines = 0;
   }
 
   paint(source) {
@@ -274,6 +307,8 @@ class OpenCode {
         : escapeHtml(lines);
       this.line.before(sanitize(html));
       this.done = end;
+      this.partLines += count(lines, /\n/g);
+      if (this.partLines >= PART_LINES) this.newPart();
     }
     this.line.data = source.slice(this.done);
   }

@@ -156,7 +156,7 @@ def extract(package: Package, data: bytes) -> dict[str, bytes]:
 
 
 class Command(BaseCommand):
-    help = "Download the pinned marked, DOMPurify, highlight.js, Chart.js, KaTeX and Mermaid into static/vendor/ and write VERSIONS."
+    help = "Download the pinned front-end libraries (PACKAGES) into static/vendor/ and write VERSIONS."
 
     def add_arguments(self, parser):
         parser.add_argument("--registry", default=os.environ.get("NPM_CONFIG_REGISTRY") or npm_registry())
