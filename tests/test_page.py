@@ -544,13 +544,30 @@ def test_request_settings_go_with_the_first_message_then_are_saved_on_the_conver
     page.get_by_label("Max tokens").fill("500")
     page.get_by_label("System prompt").fill("Answer like a pirate.")
     screenshot(page, "settings")
+    expect(page.locator("#settings-note")).to_have_text("Sent with the first message of this new chat.")
     wait_done(send(page, "[[chunks:3]] ahoy"))
     body = fake.app.last().body
     assert body["temperature"] == 0.3 and body["max_tokens"] == 500
     assert body["messages"][0] == {"role": "system", "content": "Answer like a pirate."}
+    expect(page.locator("#settings-note")).to_have_text("Saved on this conversation when changed.")
+    # Out of range: said under the field, with the range, and neither saved nor sent.
+    expect(page.locator("#temperature-hint")).to_have_text("0 to 2")
+    page.get_by_label("Temperature").fill("7")
+    page.get_by_label("Temperature").press("Tab")
+    expect(page.locator("#temperature-error")).to_contain_text("from 0 to 2")
+    expect(page.get_by_label("Temperature")).to_have_attribute("aria-invalid", "true")
+    assert Conversation.objects.get().params["temperature"] == 0.3
+    sent = len(fake.app.streams)
+    page.get_by_label("Message").fill("[[chunks:3]] not with a bad setting")
+    page.get_by_label("Message").press("Enter")
+    expect(page.locator("#notice")).to_contain_text("out of range")
+    expect(page.get_by_label("Temperature")).to_be_focused()
+    assert len(fake.app.streams) == sent
+    page.get_by_label("Message").fill("")
     page.get_by_label("Temperature").fill("0.7")
     page.get_by_label("Temperature").press("Tab")
     expect(page.locator("#settings-note")).to_have_text("Saved.")
+    expect(page.locator("#temperature-error")).to_be_hidden()
     assert Conversation.objects.get().params == {"temperature": 0.7, "max_tokens": 500}
     wait_done(send(page, "[[chunks:3]] again"))
     assert fake.app.last().body["temperature"] == 0.7
@@ -981,3 +998,38 @@ def test_a_missing_conversation_url_shows_a_styled_page_with_a_way_back(new_page
     expect(page.get_by_role("heading", level=1)).to_have_text("Page not found")
     page.get_by_role("link", name="Back to the chat").click()
     expect(page).to_have_url(re.compile("/$"))
+
+
+def test_a_long_sidebar_title_uses_the_whole_row_until_its_buttons_show(new_page, alice, providers):
+    long = conversation_for(alice, "A rather long title that needs the whole width of the sidebar row", "hi", "ho")
+    conversation_for(alice, "Other", "hi", "ho")  # opened, so the long one is not the active row
+    page = new_page(alice)
+    open_chat(page)
+    row = page.locator(f'#conversation-list li[data-conversation-id="{long.pk}"]')
+    link = row.locator("a")
+    row_box, link_box = row.bounding_box(), link.bounding_box()
+    assert link_box["width"] >= row_box["width"] - 1  # no room kept for invisible buttons
+    row.hover()
+    expect(row.get_by_role("button", name=re.compile("^Rename"))).to_be_visible()
+    buttons = row.locator(".conversation-actions").bounding_box()  # with its left padding
+    text_end = link.evaluate("a => a.getBoundingClientRect().right - parseFloat(getComputedStyle(a).paddingRight)")
+    assert text_end <= buttons["x"] + 1  # the title's ellipsis comes before the buttons
+
+
+def test_an_error_shows_one_sentence_and_folds_the_rest(new_page, alice, providers):
+    conversation = conversation_for(alice, "Broken", "hi", "partial")
+    reply = conversation.messages.get(role="assistant")
+    reply.status, reply.error = (
+        "failed",
+        "The upstream refused the request (502): Bad gateway. " + "<html>x</html> " * 40,
+    )
+    reply.save()
+    page = new_page(alice)
+    open_chat(page, f"/c/{conversation.pk}/")
+    error = page.locator(".message-error")
+    expect(error).to_contain_text("The upstream refused the request (502): Bad gateway.")
+    details = error.locator("details")
+    expect(details).not_to_have_attribute("open", "")
+    expect(details.locator("pre")).to_be_hidden()
+    details.locator("summary").click()
+    expect(details.locator("pre")).to_contain_text("<html>x</html>")

@@ -269,7 +269,7 @@ function sendMessage() {
     return;
   }
   // Refused here, before anything is sent: a model that takes no images, uploads still running, the limits.
-  const problem = tray.problem(picker.chosen, content);
+  const problem = settings.problem() || tray.problem(picker.chosen, content);
   if (problem) {
     showNotice(problem);
     return;
@@ -337,6 +337,7 @@ function onStarted(frame) {
     if (state.conversation === null) {
       state.conversation = frame.conversation;
       history.pushState({}, "", `/c/${frame.conversation}/`);
+      settings.started();
     }
     state.watched.add(frame.conversation);
     if (pending.view) {
