@@ -6,32 +6,28 @@ page, and "it grows while it streams" is checked by capturing a length and waiti
 
 from __future__ import annotations
 
-import os
 import re
 import threading
 
-import pytest
 from django.conf import settings
 from django.contrib.sessions.models import Session
 from django.db import connection
-from playwright.sync_api import expect, sync_playwright
+from playwright.sync_api import expect
 
 from chat.fakeupstream import _FILLER_WORDS, _REASONING_TEXT, _cycle_pieces
 from chat.models import ApiToken, Conversation, Message
 from tests.live import LiveServer, database_url
 from tests.page_helpers import (
     API14_MINI,
-    CHROMIUM,
-    CHROMIUM_ARGS,
     CLAUDE,
     answer_length,
     choose_model,
     control_sockets,
+    conversation_for,
     last_reply,
     open_chat,
     screenshot,
     send,
-    sign_in,
     wait_done,
     wait_longer_while_streaming,
 )
@@ -43,67 +39,6 @@ ASYNC_UNSAFE = "DJANGO_ALLOW_ASYNC_UNSAFE"
 def filler(chunks: int) -> str:
     """The text the fake streams for [[chunks:N]]."""
     return "".join(_FILLER_WORDS[i % len(_FILLER_WORDS)] + " " for i in range(chunks)).strip()
-
-
-@pytest.fixture(scope="module")
-def browser(server):
-    """One Chromium for all the page tests (the system one: nothing is ever downloaded).
-
-    Module-scoped, not session-scoped: Playwright's sync API keeps an event loop marked as
-    running in this thread, which would break the asyncio tests of the modules that follow.
-    For the same reason Django's ORM, called by fixtures here, must be told it is safe; the
-    server was started before, so its process does not inherit that.
-    """
-    previous = os.environ.get(ASYNC_UNSAFE)
-    os.environ[ASYNC_UNSAFE] = "1"
-    try:
-        with sync_playwright() as playwright:
-            browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-            yield browser
-            browser.close()
-    finally:
-        if previous is None:
-            del os.environ[ASYNC_UNSAFE]
-        else:
-            os.environ[ASYNC_UNSAFE] = previous
-
-
-@pytest.fixture
-def new_page(browser, server):
-    """new_page(user=None, url=server.url, **context options): a fresh context; page errors fail the test."""
-    contexts = []
-    errors: list[str] = []
-
-    def make(user=None, url=None, **options):
-        context = browser.new_context(base_url=url or server.url, **options)
-        contexts.append(context)
-        if user is not None:
-            sign_in(context, user, url or server.url)
-        page = context.new_page()
-        page.on("pageerror", lambda error: errors.append(str(error)))
-        return page
-
-    yield make
-    for context in contexts:
-        context.close()
-    assert not errors, f"uncaught errors in the page: {errors}"
-
-
-@pytest.fixture
-def page(new_page, alice, providers):
-    """Alice, signed in, on an empty chat page (the default model: i14, which reasons first)."""
-    page = new_page(alice)
-    open_chat(page)
-    return page
-
-
-def conversation_for(user, title: str, *texts: str, model: str = CLAUDE) -> Conversation:
-    """A finished conversation stored directly: (user, assistant) message pairs from `texts`."""
-    conversation = Conversation.objects.create(owner=user, title=title, model=model)
-    for index, text in enumerate(texts):
-        role = Message.Role.USER if index % 2 == 0 else Message.Role.ASSISTANT
-        Message.objects.create(conversation=conversation, role=role, content=text, model=model.split("/", 1)[1])
-    return conversation
 
 
 # --- signing in -------------------------------------------------------------------
@@ -190,7 +125,12 @@ def test_send_and_watch_the_reply_grow_while_it_streams(page):
     assert box.evaluate("el => el.offsetHeight") > height  # it grows with the text
     reply = send(page, "[[delay:40]] [[chunks:120]] hello")
     first = wait_longer_while_streaming(page, reply, 0)
-    expect(box).to_be_disabled()  # one stream per conversation
+    # The box keeps the focus and takes the next message meanwhile, but one stream per conversation.
+    expect(box).to_be_focused()
+    box.fill("the next question")
+    box.press("Enter")
+    expect(box).to_have_value("the next question")
+    expect(page.locator("article.message.user")).to_have_count(1)
     expect(page.get_by_role("button", name="Stop")).to_be_visible()
     expect(page.get_by_role("button", name="Send")).to_be_hidden()
     second = wait_longer_while_streaming(page, reply, first)
@@ -198,7 +138,7 @@ def test_send_and_watch_the_reply_grow_while_it_streams(page):
     screenshot(page, "streaming")
     wait_done(reply)
     expect(reply.locator(".answer")).to_have_text(filler(120))
-    expect(box).to_be_enabled()
+    expect(box).to_have_value("the next question")  # kept, to send now
     expect(page.get_by_role("button", name="Send")).to_be_visible()
     expect(page).to_have_url(re.compile(r"/c/\d+/$"))
 
@@ -544,13 +484,30 @@ def test_request_settings_go_with_the_first_message_then_are_saved_on_the_conver
     page.get_by_label("Max tokens").fill("500")
     page.get_by_label("System prompt").fill("Answer like a pirate.")
     screenshot(page, "settings")
+    expect(page.locator("#settings-note")).to_have_text("Sent with the first message of this new chat.")
     wait_done(send(page, "[[chunks:3]] ahoy"))
     body = fake.app.last().body
     assert body["temperature"] == 0.3 and body["max_tokens"] == 500
     assert body["messages"][0] == {"role": "system", "content": "Answer like a pirate."}
+    expect(page.locator("#settings-note")).to_have_text("Saved on this conversation when changed.")
+    # Out of range: said under the field, with the range, and neither saved nor sent.
+    expect(page.locator("#temperature-hint")).to_have_text("0 to 2")
+    page.get_by_label("Temperature").fill("7")
+    page.get_by_label("Temperature").press("Tab")
+    expect(page.locator("#temperature-error")).to_contain_text("from 0 to 2")
+    expect(page.get_by_label("Temperature")).to_have_attribute("aria-invalid", "true")
+    assert Conversation.objects.get().params["temperature"] == 0.3
+    sent = len(fake.app.streams)
+    page.get_by_label("Message").fill("[[chunks:3]] not with a bad setting")
+    page.get_by_label("Message").press("Enter")
+    expect(page.locator("#notice")).to_contain_text("out of range")
+    expect(page.get_by_label("Temperature")).to_be_focused()
+    assert len(fake.app.streams) == sent
+    page.get_by_label("Message").fill("")
     page.get_by_label("Temperature").fill("0.7")
     page.get_by_label("Temperature").press("Tab")
     expect(page.locator("#settings-note")).to_have_text("Saved.")
+    expect(page.locator("#temperature-error")).to_be_hidden()
     assert Conversation.objects.get().params == {"temperature": 0.7, "max_tokens": 500}
     wait_done(send(page, "[[chunks:3]] again"))
     assert fake.app.last().body["temperature"] == 0.7
@@ -981,3 +938,57 @@ def test_a_missing_conversation_url_shows_a_styled_page_with_a_way_back(new_page
     expect(page.get_by_role("heading", level=1)).to_have_text("Page not found")
     page.get_by_role("link", name="Back to the chat").click()
     expect(page).to_have_url(re.compile("/$"))
+
+
+def test_a_long_sidebar_title_uses_the_whole_row_until_its_buttons_show(new_page, alice, providers):
+    long = conversation_for(alice, "A rather long title that needs the whole width of the sidebar row", "hi", "ho")
+    conversation_for(alice, "Other", "hi", "ho")  # opened, so the long one is not the active row
+    page = new_page(alice)
+    open_chat(page)
+    row = page.locator(f'#conversation-list li[data-conversation-id="{long.pk}"]')
+    link = row.locator("a")
+    row_box, link_box = row.bounding_box(), link.bounding_box()
+    assert link_box["width"] >= row_box["width"] - 1  # no room kept for invisible buttons
+    row.hover()
+    expect(row.get_by_role("button", name=re.compile("^Rename"))).to_be_visible()
+    buttons = row.locator(".conversation-actions").bounding_box()  # with its left padding
+    text_end = link.evaluate("a => a.getBoundingClientRect().right - parseFloat(getComputedStyle(a).paddingRight)")
+    assert text_end <= buttons["x"] + 1  # the title's ellipsis comes before the buttons
+
+
+def test_an_error_shows_one_sentence_and_folds_the_rest(new_page, alice, providers):
+    conversation = conversation_for(alice, "Broken", "hi", "partial")
+    reply = conversation.messages.get(role="assistant")
+    reply.status, reply.error = (
+        "failed",
+        "The upstream refused the request (502): Bad gateway. " + "<html>x</html> " * 40,
+    )
+    reply.save()
+    page = new_page(alice)
+    open_chat(page, f"/c/{conversation.pk}/")
+    error = page.locator(".message-error")
+    expect(error).to_contain_text("The upstream refused the request (502): Bad gateway.")
+    details = error.locator("details")
+    expect(details).not_to_have_attribute("open", "")
+    expect(details.locator("pre")).to_be_hidden()
+    details.locator("summary").click()
+    expect(details.locator("pre")).to_contain_text("<html>x</html>")
+
+
+def test_scrolled_up_during_a_stream_a_button_brings_the_reader_back_down(page):
+    reply = send(page, "[[delay:20]] [[chunks:800]] a long one")
+    messages = page.get_by_test_id("messages")
+    overflowing = "el => el.scrollHeight > el.clientHeight + 400"
+    page.wait_for_function(overflowing, arg=messages.element_handle())
+    button = page.get_by_role("button", name="Scroll to the bottom")
+    expect(button).to_be_hidden()  # following the answer at the bottom
+    messages.evaluate("el => { el.scrollTop = 0; }")
+    expect(button).to_be_visible()
+    length = answer_length(reply)
+    wait_longer_while_streaming(page, reply, length + 100)
+    assert messages.evaluate("el => el.scrollTop") == 0  # the reader's place is kept
+    button.click()
+    expect(button).to_be_hidden()
+    near_bottom = "el => el.scrollHeight - el.scrollTop - el.clientHeight < 80"
+    wait_longer_while_streaming(page, reply, answer_length(reply) + 100)
+    assert messages.evaluate(near_bottom)  # following again

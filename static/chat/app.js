@@ -76,13 +76,26 @@ if ($("demo-banner")) {
 
 // Follow the bottom while the user is there; scrolling up to read stops the following.
 let stuckToBottom = true;
+// Scrolled up with more below: a button brings the reader back down (and following again).
+const toBottom = $("to-bottom");
+function updateToBottom() {
+  const { scrollTop, scrollHeight, clientHeight } = ui.messages;
+  toBottom.hidden = stuckToBottom || scrollHeight - scrollTop - clientHeight < 80;
+}
 ui.messages.addEventListener("scroll", () => {
   const { scrollTop, scrollHeight, clientHeight } = ui.messages;
   stuckToBottom = scrollHeight - scrollTop - clientHeight < 80;
+  updateToBottom();
 });
 function followBottom() {
   if (stuckToBottom) ui.messages.scrollTop = ui.messages.scrollHeight;
+  else updateToBottom();
 }
+toBottom.addEventListener("click", () => {
+  stuckToBottom = true;
+  ui.messages.scrollTop = ui.messages.scrollHeight;
+  toBottom.hidden = true;
+});
 
 function setTitle(title) {
   state.title = title || "New chat";
@@ -92,12 +105,13 @@ function setTitle(title) {
 
 function updateComposer() {
   const streaming = state.streaming !== null;
+  // The box stays usable (and keeps the focus) while an answer streams: the next message can be
+  // typed meanwhile; it is sent once the answer is done.
   if (!streaming) {
     ui.stop.disabled = false;
     ui.stop.setAttribute("aria-label", "Stop");
     ui.stop.title = "Stop (Esc)";
   }
-  ui.input.disabled = streaming || state.pending !== null;
   ui.send.hidden = streaming;
   ui.stop.hidden = !streaming;
   ui.send.disabled = state.pending !== null;
@@ -269,7 +283,7 @@ function sendMessage() {
     return;
   }
   // Refused here, before anything is sent: a model that takes no images, uploads still running, the limits.
-  const problem = tray.problem(picker.chosen, content);
+  const problem = settings.problem() || tray.problem(picker.chosen, content);
   if (problem) {
     showNotice(problem);
     return;
@@ -337,6 +351,7 @@ function onStarted(frame) {
     if (state.conversation === null) {
       state.conversation = frame.conversation;
       history.pushState({}, "", `/c/${frame.conversation}/`);
+      settings.started();
     }
     state.watched.add(frame.conversation);
     if (pending.view) {
@@ -353,6 +368,7 @@ function onStarted(frame) {
       }
     }
     setTitle(frame.title);
+    announce("");
     const view = addView({ id: frame.message, role: "assistant", status: "streaming", model: frame.model });
     state.streaming = frame.message;
     updateComposer();
@@ -371,9 +387,18 @@ function onStarted(frame) {
   return null;
 }
 
+// Screen readers hear a finished answer once, not every token.
+function announce(text) {
+  $("announce").textContent = text;
+}
+
 function onDone(frame) {
   const view = state.views.get(frame.message);
   if (view) view.finish(frame);
+  if (view && frame.conversation === state.conversation) {
+    const how = { complete: "Answer finished", stopped: "Answer stopped", interrupted: "Answer interrupted" };
+    announce(`${how[frame.status] || "Answer failed"}: ${view.content.trim().slice(0, 200)}`);
+  }
   if (state.streaming === frame.message) {
     state.streaming = null;
     updateComposer();
@@ -518,6 +543,10 @@ ui.input.addEventListener("input", autogrow);
 ui.stop.addEventListener("click", stop);
 $("retry-now").addEventListener("click", () => socket.retryNow());
 $("new-chat").addEventListener("click", () => newChat());
+$("skip-link").addEventListener("click", (event) => {
+  event.preventDefault();
+  ui.input.focus();
+});
 
 ui.thread.addEventListener("click", (event) => {
   const button = event.target.closest("button[data-action]");

@@ -59,6 +59,8 @@ export class MessageView {
     this.seq = 0; // the last delta applied
     this.awaitingSnapshot = false; // after attach: deltas wait for the snapshot
     this.article = element("article", `message ${message.role}`);
+    const model = message.model ? ` from ${message.model}` : "";
+    this.article.setAttribute("aria-label", message.role === "user" ? "You said" : `Answer${model}`);
     this.onPaint = onPaint || (() => {});
     if (message.role === "user") this.buildUser(message);
     else this.buildAssistant(message);
@@ -253,12 +255,28 @@ export class MessageView {
     const label = statusText(message.status, message.finish_reason);
     this.statusLine.textContent = label;
     this.statusLine.hidden = !label;
-    this.error.textContent = message.error || "";
-    this.error.hidden = !message.error;
+    this.showError(message.error || "");
     // A stream that never produced anything shows no guessed usage ("≈8 in ≈0 out").
     const nothing = message.usage?.estimated && !message.usage.completion_tokens && message.status !== "complete";
     this.showUsage(nothing ? null : message.usage);
     this.onPaint();
+  }
+
+  /** An error as one sentence; anything longer (an upstream's page, a long message) folded under "Details". */
+  showError(text) {
+    this.error.replaceChildren();
+    this.error.hidden = !text;
+    if (!text) return;
+    const flat = text.replace(/\s+/g, " ").trim();
+    const end = flat.search(/[.!?](\s|$)/);
+    const sentence = end > 0 && end < 200 ? flat.slice(0, end + 1) : flat.slice(0, 160);
+    this.error.append(sentence.length < flat.length && !sentence.endsWith(".") ? `${sentence}…` : sentence);
+    if (sentence.length < flat.length) {
+      const fold = element("details");
+      fold.append(element("summary", "", "Details"));
+      fold.append(element("pre", "", text));
+      this.error.append(fold);
+    }
   }
 
   /** Each tool call the model asked for: its name, and its arguments folded away. */

@@ -50,7 +50,7 @@ function codeBlock({ text, lang }) {
   const body = known ? hljs.highlight(text, { language, ignoreIllegals: true }).value : escapeHtml(text);
   return (
     `<div class="code-block" data-lang="${escapeHtml(language)}">${codeHead(language)}` +
-    `<pre><code class="hljs${known ? ` language-${escapeHtml(language)}` : ""}">${body}</code></pre></div>`
+    `<pre tabindex="0"><code class="hljs${known ? ` language-${escapeHtml(language)}` : ""}">${body}</code></pre></div>`
   );
 }
 
