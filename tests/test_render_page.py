@@ -12,7 +12,6 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.page_helpers import last_reply, open_chat, screenshot, send, wait_done
-from tests.test_page import browser, new_page  # noqa: F401  (fixtures)
 
 expect.set_options(timeout=15_000)
 
@@ -30,7 +29,7 @@ new PerformanceObserver((list) => {
 
 
 @pytest.fixture
-def watched(new_page, alice, providers):  # noqa: F811
+def watched(new_page, alice, providers):
     """Alice on the chat page, its CSP violations, console errors and long tasks recorded."""
     page = new_page(alice)
     page.add_init_script(WATCH)
