@@ -19,8 +19,11 @@ const REFERENCE_RE = /^ {0,3}\[[^\]]+\]:/m;
 const NOT_PLAIN_RE = /^(?:\s*$| {0,3}(?:[#>*+\-=_|`~<]|\d{1,9}[.)]|\$\$|\\\[)| {4}|\t)/;
 // An open paragraph is rendered in segments of about this many characters, each once, and laid out
 // in parts of about PART characters; an open code block in parts of PART_LINES lines.
-const SEGMENT = 400;
-const PART = 3000;
+const SEGMENT = 240;
+// At most one paint every this many ms (20 a second): a token or three a frame at a model's pace is
+// not worth a frame's work each, least of all on a busy machine.
+const PAINT_INTERVAL = 50;
+const PART = 2000;
 const PART_LINES = 100;
 
 const ESCAPES = { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" };
@@ -210,8 +213,8 @@ function balanced(piece) {
 /**
  * One open top-level paragraph: finished segments are rendered once, the last one at each frame.
  * The browser lays a paragraph's lines out again whenever it grows, so while it is open it is kept
- * in parts of a few thousand characters (display: block, cut after a sentence): only the last is
- * laid out again. The closed paragraph is one <p> like any other.
+ * in parts of about PART characters (display: block, cut after a sentence when one comes soon):
+ * only the last is laid out again. The closed paragraph is one <p> like any other.
  */
 class OpenParagraph {
   constructor(tail, source, start) {
@@ -262,7 +265,7 @@ class OpenParagraph {
       this.live.before(inline(piece));
       this.done = end;
       this.partLength += piece.length;
-      if (this.partLength > PART && /[.!?:;] $/.test(piece)) this.newPart();
+      if (this.partLength > 2 * PART || (this.partLength > PART && /[.!?:;] $/.test(piece))) this.newPart();
     }
     this.live.replaceChildren(inline(source.slice(this.done)));
   }
@@ -327,6 +330,8 @@ export class StreamRenderer {
     this.onPaint = onPaint || (() => {});
     this.source = "";
     this.frame = 0;
+    this.timer = 0;
+    this.painted = 0; // performance.now() of the last paint
     this.tail = document.createElement("div");
     this.tail.className = "md-tail";
     this.start(0);
@@ -350,18 +355,36 @@ export class StreamRenderer {
     this.schedule();
   }
 
+  /** Paint at the next frame, but not sooner than PAINT_INTERVAL after the last paint. */
   schedule() {
-    if (!this.frame) this.frame = requestAnimationFrame(() => this.paint());
+    if (this.frame || this.timer) return;
+    const wait = this.painted + PAINT_INTERVAL - performance.now();
+    if (wait <= 0) {
+      this.frame = requestAnimationFrame(() => this.paint());
+      return;
+    }
+    this.timer = setTimeout(() => {
+      this.timer = 0;
+      this.frame = requestAnimationFrame(() => this.paint());
+    }, wait);
+  }
+
+  cancel() {
+    if (this.frame) cancelAnimationFrame(this.frame);
+    if (this.timer) clearTimeout(this.timer);
+    this.frame = 0;
+    this.timer = 0;
   }
 
   /** Paint now instead of at the next frame. */
   flush() {
-    if (this.frame) cancelAnimationFrame(this.frame);
+    this.cancel();
     this.paint();
   }
 
   paint() {
     this.frame = 0;
+    this.painted = performance.now();
     const split = this.scanner.advance(this.source);
     if (split > this.committed) {
       this.tail.before(renderMarkdown(this.source.slice(this.committed, split)));
@@ -409,8 +432,7 @@ export class StreamRenderer {
 
   /** The stream ended: the tail becomes a block like the others (highlighted, however long). */
   finish() {
-    if (this.frame) cancelAnimationFrame(this.frame);
-    this.frame = 0;
+    this.cancel();
     this.open = null;
     if (REFERENCE_RE.test(this.source)) {
       this.root.replaceChildren(renderMarkdown(this.source)); // as a reload will show it
