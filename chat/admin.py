@@ -10,7 +10,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 from django.utils.timesince import timesince
 
-from .models import ApiToken, Attachment, Budget, Conversation, Message, Price, Provider, Usage
+from .models import ApiToken, Attachment, Budget, Conversation, ConversationRead, Message, Price, Provider, Usage
 from .models.attachments import human_size
 
 
@@ -143,10 +143,34 @@ class AttachmentAdmin(admin.ModelAdmin):
         return attachment_links([attachment])
 
 
+class LastAnswerStatusFilter(admin.SimpleListFilter):
+    title = "status of the last answer"
+    parameter_name = "last_status"
+
+    def lookups(self, request, model_admin):
+        return Message.Status.choices
+
+    def queryset(self, request, queryset):
+        return queryset.filter(last_status=self.value()) if self.value() else queryset
+
+
+class FailedAnswersFilter(admin.SimpleListFilter):
+    title = "has failed answers"
+    parameter_name = "failed"
+
+    def lookups(self, request, model_admin):
+        return [("yes", "Yes"), ("no", "No")]
+
+    def queryset(self, request, queryset):
+        return queryset.with_failed_answers(self.value() == "yes") if self.value() else queryset
+
+
 @admin.register(Conversation)
 class ConversationAdmin(admin.ModelAdmin):
-    list_display = ["title", "owner", "model", "created", "updated"]
-    list_filter = ["updated"]
+    list_display = ["title", "owner", "model", "last_status", "created", "updated"]
+    list_filter = [
+        ("owner", admin.RelatedOnlyFieldListFilter), "model", LastAnswerStatusFilter, FailedAnswersFilter, "updated",
+    ]  # fmt: skip
     search_fields = ["title", "owner__username", "owner__email"]
     list_select_related = ["owner"]
     readonly_fields = ["owner", "model", "params", "created", "updated"]
@@ -156,6 +180,24 @@ class ConversationAdmin(admin.ModelAdmin):
 
     def get_readonly_fields(self, request, obj=None):
         return [*self.readonly_fields, "links"]
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).with_last_answer_status()
+
+    def has_add_permission(self, request):
+        return False  # conversations are had in the chat, not typed in here
+
+    @admin.display(description="last answer", ordering="last_status")
+    def last_status(self, conversation):
+        return conversation.last_status or "-"
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        """Staff reading someone's conversation is recorded (listed under Conversation reads)."""
+        response = super().change_view(request, object_id, form_url, extra_context)
+        conversation = self.get_object(request, object_id)
+        if request.method == "GET" and conversation is not None and response.status_code == 200:
+            ConversationRead.record(conversation, request.user)
+        return response
 
     @admin.display(description="see also")
     def links(self, conversation):
@@ -170,6 +212,26 @@ class ConversationAdmin(admin.ModelAdmin):
             conversation.owner,
             rows,
         )
+
+
+@admin.register(ConversationRead)
+class ConversationReadAdmin(admin.ModelAdmin):
+    list_display = ["read", "reader", "title", "owner", "where"]
+    list_filter = [("reader", admin.RelatedOnlyFieldListFilter), ("owner", admin.RelatedOnlyFieldListFilter), "read"]
+    search_fields = ["title", "reader__username", "owner__username"]
+    date_hierarchy = "read"
+
+    def get_readonly_fields(self, request, obj=None):
+        return [field.name for field in ConversationRead._meta.fields]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False  # a record of what happened: not edited
+
+    def has_delete_permission(self, request, obj=None):
+        return False
 
 
 @admin.register(Usage)

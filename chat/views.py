@@ -17,7 +17,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from . import budgets, params
 from .consumers import parse_params, parse_system_prompt
-from .models import ApiToken, ChatError, Conversation, Message, Provider
+from .models import ApiToken, ChatError, Conversation, ConversationRead, Message, Provider
 from .models.attachments import MAX_PER_MESSAGE as MAX_ATTACHMENTS
 from .process import control_request
 
@@ -177,7 +177,17 @@ def detail(conversation: Conversation) -> dict:
         "updated": conversation.updated.isoformat(),
         "streaming": streaming,
         "messages": [message_json(m) for m in messages],
+        "reviewed_by": reviewed_by(conversation),
     }
+
+
+def reviewed_by(conversation: Conversation) -> list[dict] | None:
+    """Who else read it, newest first, when CHAT_SHOW_REVIEWS lets owners see that (else None)."""
+    if not settings.CHAT_SHOW_REVIEWS:
+        return None
+    reads = ConversationRead.objects.of(conversation)[:20]
+    return [{"reader": read.reader.get_username() if read.reader else None, "read": read.read.isoformat()}
+            for read in reads]  # fmt: skip
 
 
 def message_json(message: Message) -> dict:

@@ -302,6 +302,10 @@ CHAT_SAVE_INTERVAL = env_number("CHAT_SAVE_INTERVAL", 1.0, float)
 # Every serving process renews a lease row every CHAT_LEASE_SECONDS / 4; a process whose
 # lease is older than this is dead, and the others mark its streams interrupted.
 CHAT_LEASE_SECONDS = env_number("CHAT_LEASE_SECONDS", 6.0, float)
+# Retention: `manage.py purge` deletes conversations untouched for this many days (0: never).
+CHAT_RETENTION_DAYS = env_number("CHAT_RETENTION_DAYS", 0)
+# Whether owners see who (other than them) read their conversations: a "Reviewed by" line.
+CHAT_SHOW_REVIEWS = env_bool("CHAT_SHOW_REVIEWS", False)
 # How long a finished answer's final save is retried (with backoff) before giving up.
 CHAT_FINAL_SAVE_SECONDS = env_number("CHAT_FINAL_SAVE_SECONDS", 120.0, float)
 # The OpenAI-compatible API (/v1/): a comment line this often while the upstream is silent,

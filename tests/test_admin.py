@@ -6,7 +6,7 @@ import pytest
 from django.contrib.auth.models import Permission
 from django.core.exceptions import ValidationError
 
-from chat.models import ApiToken, Conversation, Message, Provider, Usage
+from chat.models import ApiToken, Conversation, ConversationRead, Message, Provider, Usage
 
 pytestmark = pytest.mark.django_db
 
@@ -246,3 +246,46 @@ def test_link_local_and_metadata_base_urls_are_refused_unless_allowed(staff_clie
     settings.UPSTREAM_ALLOW_LINK_LOCAL = True
     assert staff_client.post("/admin/chat/provider/add/", form).status_code == 302
     assert Provider.objects.get(name="meta").base_url == base_url
+
+
+def test_staff_reading_a_conversation_is_recorded_and_listed(staff_client, history, settings, client):
+    staff_client.get(f"/admin/chat/conversation/{history.pk}/change/")
+    read = ConversationRead.objects.get()
+    assert read.conversation == history and read.owner == history.owner and read.reader.username == "root"
+    assert read.title == "Ocean poems"
+    listing = staff_client.get("/admin/chat/conversationread/").content.decode()
+    assert "Ocean poems" in listing and "root" in listing
+    assert staff_client.get(f"/admin/chat/conversationread/{read.pk}/delete/").status_code == 403
+    # The owner sees "Reviewed by" only where the server is set to tell them.
+    client.force_login(history.owner)
+    assert client.get(f"/api/conversations/{history.pk}").json()["reviewed_by"] is None
+    settings.CHAT_SHOW_REVIEWS = True
+    assert [r["reader"] for r in client.get(f"/api/conversations/{history.pk}").json()["reviewed_by"]] == ["root"]
+    history.delete()  # the record of the read outlives the conversation
+    assert ConversationRead.objects.get().title == "Ocean poems"
+
+
+def test_an_owner_reading_their_own_conversation_is_not_recorded(client, history):
+    history.owner.is_staff = history.owner.is_superuser = True
+    history.owner.save()
+    client.force_login(history.owner)
+    assert client.get(f"/admin/chat/conversation/{history.pk}/change/").status_code == 200
+    assert not ConversationRead.objects.exists()
+
+
+def test_conversation_filters_and_no_add_button(staff_client, history, django_user_model):
+    calm = Conversation.objects.create(owner=history.owner, title="Calm one", model="i14/m")
+    Message.objects.create(conversation=calm, role="assistant", content="fine", status="complete")
+    broken = Conversation.objects.create(owner=history.owner, title="Broken one", model="i14/m")
+    Message.objects.create(conversation=broken, role="assistant", content="", status="failed")
+
+    def titles(**query):
+        response = staff_client.get("/admin/chat/conversation/", query)
+        return sorted(c.title for c in response.context["cl"].result_list)
+
+    assert titles(last_status="stopped") == ["Ocean poems"]
+    assert titles(last_status="complete") == ["Calm one"]
+    assert titles(failed="yes") == ["Broken one"]
+    assert titles(failed="no") == ["Calm one", "Ocean poems"]
+    assert staff_client.get("/admin/chat/conversation/add/").status_code == 403
+    assert b"Add conversation" not in staff_client.get("/admin/chat/conversation/").content

@@ -6,6 +6,7 @@
 - usage: one row per stream, metered
 - workers: one lease per serving process
 - attachments: uploaded files, sent with a message
+- reviews: reads of a conversation by someone other than its owner
 - chat/budgets.py: prices and monthly budgets (their models are re-exported here too)
 """
 
@@ -24,6 +25,7 @@ from .providers import (
     stream_state,
     timeouts,
 )
+from .reviews import ConversationRead, ConversationReadQuerySet
 from .tokens import TOKEN_PREFIX, ApiToken, ApiTokenQuerySet
 from .usage import Usage, UsageQuerySet
 from .workers import INTERRUPTED_ERROR, Worker, WorkerQuerySet
@@ -42,6 +44,8 @@ __all__ = [
     "ChatError",
     "Conversation",
     "ConversationQuerySet",
+    "ConversationRead",
+    "ConversationReadQuerySet",
     "Limit",
     "Message",
     "MessageQuerySet",
