@@ -1,7 +1,10 @@
 """The usage dashboard's figures: a period and filters in, aggregates out, every sum and count made by the database.
 
 Python only ever loops over aggregated rows (a day and a model, a person, a model), never over
-usage rows, so a year of a busy team costs a few GROUP BY queries (see bench/dashboard_bench.py).
+usage rows. The sums come from the daily summaries (chat/models/rollups.py), so a year costs a
+GROUP BY over some thousands of days rather than a million rows (see bench/dashboard_bench.py);
+with a person or a group chosen, from that person's or group's rows, which the (user, started)
+index finds. The percentiles always come from the rows.
 """
 
 from __future__ import annotations
@@ -15,12 +18,13 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.db import connection
-from django.db.models import Aggregate, Count, DateField, F, FloatField, Func, Max, Q, Sum, Window
+from django.db.models import Aggregate, Count, DateField, F, FloatField, Func, OuterRef, Q, Subquery, Sum, Window
 from django.db.models.functions import RowNumber, TruncDate
 from django.utils import timezone
 
 from . import budgets as budgets_module
-from .models import Message, Usage
+from . import rollup
+from .models import Message, PersonDay, Usage, UsageDay
 
 PRESETS = {
     "month": "This month",
@@ -287,12 +291,33 @@ SUMS = {
     "reasoning_tokens": Sum("reasoning_tokens"),
     "cost": Sum("cost"),
 }
+# What the summaries add up (chat/models/rollups.py), by the names the rows' GROUP BYs give them.
+SUMMED = ("requests", "prompt_tokens", "completion_tokens", "reasoning_tokens", "cost")
+MODEL_SUMMED = (*SUMMED, "timed", "speeds", *ENDINGS)
 
 
-def figures(filters: Filters) -> Figures:
-    """Everything the dashboard shows for these filters."""
-    rows = usage_rows(filters)
-    daily = list(
+def from_summaries(filters: Filters) -> bool:
+    """Whether the daily summaries can answer: no person or group chosen, and days counted in today's TIME_ZONE."""
+    return filters.user_id is None and filters.group_id is None and rollup.installed_zone() == settings.TIME_ZONE
+
+
+def summary_rows(summary, filters: Filters, by: tuple[str, ...], names: tuple[str, ...]) -> list[dict]:
+    """A summary's sums over the period, grouped by some of its key columns; days or people without rows left out."""
+    found = summary.objects.filter(day__gte=filters.first, day__lte=filters.last)
+    if filters.source:
+        found = found.filter(source=filters.source)
+    if filters.model and summary is UsageDay:
+        found = found.filter(model=filters.model)
+    # Annotations may not take the names of the summary's columns: summed as total_<name>, renamed after.
+    found = found.values(*by).annotate(**{f"total_{name}": Sum(name) for name in names}).filter(total_requests__gt=0)
+    return [{**{key: row[key] for key in by}, **{name: row[f"total_{name}"] for name in names}} for row in found]
+
+
+def daily_rows(filters: Filters, rows, summaries: bool) -> list[dict]:
+    """One row per day and model with its sums, counts of timed rows and of endings."""
+    if summaries:
+        return summary_rows(UsageDay, filters, ("day", "model"), MODEL_SUMMED)
+    return list(
         rows.annotate(day=LocalDate("started"))
         .values("day", "model")
         .annotate(
@@ -303,6 +328,13 @@ def figures(filters: Filters) -> Figures:
             **{status: Count("pk", filter=Q(status=status)) for status in ENDINGS},
         )
     )
+
+
+def figures(filters: Filters) -> Figures:
+    """Everything the dashboard shows for these filters."""
+    rows = usage_rows(filters)
+    summaries = from_summaries(filters)
+    daily = daily_rows(filters, rows, summaries)
     days = [day.isoformat() for day in filters.days()]
     index = {day: n for n, day in enumerate(days)}
     per_model: dict[str, dict] = {}
@@ -335,7 +367,7 @@ def figures(filters: Filters) -> Figures:
                 **{f"{status}_share": totals[status] / requests if requests else 0 for status in ENDINGS},
             }
         )
-    people = people_rows(rows, filters)
+    people = people_rows(rows, filters, summaries)
     summed = ("requests", "prompt_tokens", "completion_tokens", "reasoning_tokens")
     totals = {name: sum(t[name] for t in per_model.values()) for name in summed}
     totals["cost"] = sum((t["cost"] for t in per_model.values()), Decimal(0))
@@ -343,21 +375,36 @@ def figures(filters: Filters) -> Figures:
     return Figures(filters, totals, days, cost_series, token_series, people, models)
 
 
-def people_rows(rows, filters: Filters) -> list[dict]:
+def people_rows(rows, filters: Filters, summaries: bool) -> list[dict]:
     """One row per person active in the period, with their share of their monthly budget when they have one."""
-    # Grouped by user_id alone: joining the users here would look one up for every usage row.
-    people = list(rows.values("user_id").annotate(requests=Count("pk"), last_active=Max("started"), **SUMS))
+    if summaries and not filters.model:  # the person summary has no model: a chosen one needs the rows
+        people = summary_rows(PersonDay, filters, ("user_id",), SUMMED)
+    else:
+        # Grouped by user_id alone: joining the users here would look one up for every usage row.
+        people = list(rows.values("user_id").annotate(requests=Count("pk"), **SUMS))
     users = get_user_model().objects.in_bulk([p["user_id"] for p in people])
     budgets = budget_rows_by_user(list(users))
+    latest = last_active(filters, list(users))
+    local = timezone.get_current_timezone()
     for person in people:
         user = users[person["user_id"]]
         person["username"] = user.get_username()
         person["cost"] = person["cost"] or Decimal(0)
         for name in ("prompt_tokens", "completion_tokens", "reasoning_tokens"):
             person[name] = person[name] or 0
+        person["last_active"] = latest.get(user.pk)
+        # As the page shows it: in TIME_ZONE (the browser's clock may be in another).
+        person["last_active_shown"] = f"{latest[user.pk].astimezone(local):%Y-%m-%d %H:%M}" if user.pk in latest else ""
         person["budget_share"] = budget_share(person, budgets_module.budget_for(user, budgets.get(user.pk, [])))
     people.sort(key=lambda p: (-p["cost"], p["username"]))
     return people
+
+
+def last_active(filters: Filters, user_ids: list[int]) -> dict[int, datetime]:
+    """Each person's latest row behind the filters: a walk down the (user, started) index each, no pass over all."""
+    latest = usage_rows(filters).filter(user=OuterRef("pk")).order_by("-started").values("started")[:1]
+    found = get_user_model().objects.filter(pk__in=user_ids).annotate(latest=Subquery(latest))
+    return {pk: moment for pk, moment in found.values_list("pk", "latest") if moment is not None}
 
 
 def budget_rows_by_user(user_ids: list[int]) -> dict[int, list[dict]]:
@@ -391,6 +438,11 @@ def model_choices(filters: Filters, figures: Figures) -> list[str]:
     """The models the picker offers: those used in the period (by the viewer's rows when not staff)."""
     if not filters.model:
         return sorted(m["model"] for m in figures.models)
+    if from_summaries(filters):
+        days = UsageDay.objects.filter(day__gte=filters.first, day__lte=filters.last, requests__gt=0)
+        if filters.source:
+            days = days.filter(source=filters.source)
+        return sorted(days.values_list("model", flat=True).distinct())
     return sorted(usage_rows(filters, model=False).values_list("model", flat=True).distinct())
 
 

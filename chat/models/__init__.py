@@ -4,6 +4,7 @@
 - conversations: conversations, messages and the start of a turn
 - tokens: personal API tokens
 - usage: one row per stream, metered
+- rollups: the usage rows' daily sums, kept by triggers (chat/rollup.py), for the dashboard
 - workers: one lease per serving process
 - chat/budgets.py: prices and monthly budgets (their models are re-exported here too)
 """
@@ -22,6 +23,7 @@ from .providers import (
     stream_state,
     timeouts,
 )
+from .rollups import PersonDay, UsageDay
 from .tokens import TOKEN_PREFIX, ApiToken, ApiTokenQuerySet
 from .usage import Usage, UsageQuerySet
 from .workers import INTERRUPTED_ERROR, Worker, WorkerQuerySet
@@ -41,6 +43,7 @@ __all__ = [
     "Limit",
     "Message",
     "MessageQuerySet",
+    "PersonDay",
     "Price",
     "Provider",
     "ProviderQuerySet",
@@ -48,6 +51,7 @@ __all__ = [
     "Status",
     "Turn",
     "Usage",
+    "UsageDay",
     "UsageQuerySet",
     "Worker",
     "WorkerQuerySet",
