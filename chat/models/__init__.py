@@ -23,7 +23,7 @@ from .providers import (
     stream_state,
     timeouts,
 )
-from .rollups import PersonDay, UsageDay
+from .rollups import PersonDay, PersonMonth, UsageDay
 from .tokens import TOKEN_PREFIX, ApiToken, ApiTokenQuerySet
 from .usage import Usage, UsageQuerySet
 from .workers import INTERRUPTED_ERROR, Worker, WorkerQuerySet
@@ -44,6 +44,7 @@ __all__ = [
     "Message",
     "MessageQuerySet",
     "PersonDay",
+    "PersonMonth",
     "Price",
     "Provider",
     "ProviderQuerySet",

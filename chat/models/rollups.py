@@ -1,10 +1,12 @@
 """Daily sums of the usage rows, for the dashboard: kept by database triggers (chat/rollup.py).
 
-Two grains, because one (day, person, model, source) table would be nearly as long as the rows
-on a team where everyone uses many models: per day, model and source for the totals, the charts
-and the model table; per day, person and source for the person table. Every insert, update and
-delete of a usage row adds its figures to both (and takes its old ones off), whatever code wrote
-it, so they equal a GROUP BY over the rows at every commit.
+Not one (day, person, model, source) table: on a team where everyone uses many models it would
+be nearly as long as the rows. Per day, model and source for the totals, the charts and the
+model table; per month, person and source for the person table, with per day, person and source
+for the days of a period outside whole months (a year by day and person is still a third of the
+rows of a busy team). Every insert, update and delete of a usage row adds its figures to each
+(and takes its old ones off), whatever code wrote it, so they equal a GROUP BY over the rows at
+every commit.
 """
 
 from __future__ import annotations
@@ -57,3 +59,15 @@ class PersonDay(Sums):
 
     def __str__(self) -> str:
         return f"user {self.user_id} via {self.source} on {self.day}"
+
+
+class PersonMonth(Sums):
+    """One month (`day` is its first), person and source: their sums."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["day", "user", "source"], name="person_month_key")]
+
+    def __str__(self) -> str:
+        return f"user {self.user_id} via {self.source} in {self.day:%Y-%m}"
