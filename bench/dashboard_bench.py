@@ -4,7 +4,8 @@ Seeds 1,000,000 usage rows spread over the last 12 months (500 people, 20 models
 SQLite file and a fresh PostgreSQL database of its own (tests/services.py; dropped afterwards),
 then times GET /usage/ for a staff member, in process (Django's test client: the view, its
 queries and the template, no network), for this month and for the whole year, and the CSV of
-this month. Each figure is the median of a few runs after one to warm the caches.
+this month. Each figure is the median of a few runs after one to warm the caches (the page's
+best run beside it: the machine may be shared).
 
     .venv/bin/python bench/dashboard_bench.py                     # both databases, 1,000,000 rows
     .venv/bin/python bench/dashboard_bench.py --rows 100000 --backend sqlite
@@ -120,6 +121,7 @@ def measure(runs: int) -> dict[str, float]:
             assert response.status_code == 200, response.status_code
             times.append((time.perf_counter() - began) * 1000)
         results[name] = statistics.median(times[1:])
+        results[f"{name} best"] = min(times[1:])
         if name.endswith("CSV"):
             results["CSV MB"] = size / 1e6
     return results
@@ -147,7 +149,8 @@ def child(rows: int, runs: int) -> None:
             cursor.execute("ANALYZE")
     figures = measure(runs)
     print(
-        f"| {connection.vendor} | {rows:,} | {figures['month']:.0f} | {figures['year']:.0f} "
+        f"| {connection.vendor} | {rows:,} | {figures['month']:.0f} ({figures['month best']:.0f}) "
+        f"| {figures['year']:.0f} ({figures['year best']:.0f}) "
         f"| {figures['month CSV']:.0f} ({figures['CSV MB']:.1f} MB) | {seeded:.0f} s | {rolled_up:.1f} s |",
         flush=True,
     )
@@ -163,7 +166,7 @@ def main() -> None:
     if args.child:
         child(args.rows, args.runs)
         return
-    print("| database | rows | month page ms | year page ms | month CSV ms | seeding | of which rollup |")
+    print("| database | rows | month page ms (best) | year page ms (best) | month CSV ms | seeding | of which rollup |")
     print("| --- | --- | --- | --- | --- | --- | --- |", flush=True)
     command = [sys.executable, __file__, "--child", "--rows", str(args.rows), "--runs", str(args.runs)]
     env = {**os.environ, "DJANGO_DEBUG": "0", "LOG_LEVEL": "WARNING", "DJANGO_ALLOWED_HOSTS": "testserver"}

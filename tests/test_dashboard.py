@@ -16,7 +16,7 @@ import httpx
 import pytest
 from django.test import override_settings
 
-from chat import dashboard
+from chat import dashboard, percentiles
 from tests.conftest import session_cookie
 from tests.dashboard_data import MARCH, MODELS, PASSWORDS, PEOPLE, TOTALS, seed
 from tests.live import ROOT, LiveServer
@@ -171,8 +171,8 @@ def test_sqlite_percentiles_by_rank_give_the_hand_computed_figures(team, django_
     """SQLite has no percentile_cont: the rows ranked by a window function give the same figures."""
     rows = dashboard.usage_rows(dashboard.parse_filters(MARCH, django_user_model.objects.get(username="carol")))
     counts = {"model-a": {"ttft_ms": 4, "tokens_per_second": 4}, "model-b": {"ttft_ms": 2, "tokens_per_second": 2}}
-    expected = {model: dict(zip(dashboard.PERCENTILES, MODELS[model][3:6], strict=True)) for model in counts}
-    found = dashboard.percentiles_by_rank(rows, counts)
+    expected = {model: dict(zip(percentiles.PERCENTILES, MODELS[model][3:6], strict=True)) for model in counts}
+    found = percentiles.percentiles_by_rank(rows, counts)
     for model in counts:
         assert found[model] == pytest.approx(expected[model]), model
 
@@ -202,8 +202,8 @@ def test_a_model_with_many_values_has_the_percentiles_of_a_sample(team, django_u
         )
         for n in range(200)
     )
-    monkeypatch.setattr(dashboard, "MIN_SAMPLE", least)  # model-a has 204 values, model-b 2
-    assert dashboard.sample_rate(204) == rate and dashboard.sample_rate(2) == 1
+    monkeypatch.setattr(percentiles, "MIN_SAMPLE", least)  # model-a has 204 values, model-b 2
+    assert percentiles.sample_rate(204) == rate and percentiles.sample_rate(2) == 1
     carol = django_user_model.objects.get(username="carol")
     models = {m["model"]: m for m in dashboard.figures(dashboard.parse_filters(MARCH, carol)).models}
     rows = Usage.objects.filter(model="model-a", started__month=3, ttft_ms__isnull=False)
@@ -214,8 +214,8 @@ def test_a_model_with_many_values_has_the_percentiles_of_a_sample(team, django_u
         percentile_cont([t for t, _ in sample], 0.95),
         percentile_cont([s for _, s in sample], 0.5),
     ]
-    assert [models["model-a"][name] for name in dashboard.PERCENTILES] == pytest.approx(expected)
-    assert [models["model-b"][name] for name in dashboard.PERCENTILES] == pytest.approx(MODELS["model-b"][3:6])
+    assert [models["model-a"][name] for name in percentiles.PERCENTILES] == pytest.approx(expected)
+    assert [models["model-b"][name] for name in percentiles.PERCENTILES] == pytest.approx(MODELS["model-b"][3:6])
 
 
 @override_settings(TIME_ZONE="America/New_York")
