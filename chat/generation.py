@@ -25,6 +25,7 @@ from django.utils import timezone
 
 from . import budgets, limits, upstream
 from .models import Conversation, Message, Provider, Turn, Usage, client, fit, stream_state, timeouts
+from .relay import prompt_chars
 
 log = logging.getLogger(__name__)
 
@@ -143,7 +144,7 @@ class Job:
             api_key=provider.api_key,
             model=model,
             payload=payload,
-            prompt_chars=sum(len(m["content"]) for m in turn.history),
+            prompt_chars=prompt_chars(turn.history),
             max_connections=limits.provider_limit(provider),
         )
 

@@ -17,7 +17,7 @@ from django.db import connection
 from playwright.sync_api import expect, sync_playwright
 
 from chat.fakeupstream import _FILLER_WORDS, _REASONING_TEXT, _cycle_pieces
-from chat.models import Conversation, Message
+from chat.models import ApiToken, Conversation, Message
 from tests.live import LiveServer, database_url
 from tests.page_helpers import (
     API14_MINI,
@@ -26,6 +26,7 @@ from tests.page_helpers import (
     CLAUDE,
     answer_length,
     choose_model,
+    control_sockets,
     last_reply,
     open_chat,
     screenshot,
@@ -569,10 +570,25 @@ def test_rename_and_delete_a_conversation(page, alice):
     expect(page.get_by_role("heading", level=1)).to_have_text("New name")
     conversation.refresh_from_db()
     assert conversation.title == "New name"
+    # Enter in the field saves (it used to press Cancel, the form's first button); Escape cancels.
+    item.get_by_role("button", name=re.compile("^Rename")).click()
+    dialog.get_by_label("Title").fill("Newer name")
+    dialog.get_by_label("Title").press("Enter")
+    expect(item.locator("a")).to_have_text("Newer name")
+    item.get_by_role("button", name=re.compile("^Rename")).click()
+    dialog.get_by_label("Title").fill("Not this")
+    dialog.get_by_label("Title").press("Escape")
+    expect(dialog).to_be_hidden()
+    expect(item.locator("a")).to_have_text("Newer name")
+    item.get_by_role("button", name=re.compile("^Rename")).click()
+    dialog.get_by_role("button", name="Cancel").click()
+    expect(dialog).to_be_hidden()
+    conversation.refresh_from_db()
+    assert conversation.title == "Newer name"
 
     item.get_by_role("button", name=re.compile("^Delete")).click()
     confirm = page.get_by_role("dialog", name="Delete conversation?")
-    expect(confirm).to_contain_text("New name")
+    expect(confirm).to_contain_text("Newer name")
     screenshot(page, "confirm-delete")
     confirm.get_by_role("button", name="Cancel").click()
     expect(confirm).to_be_hidden()
@@ -618,6 +634,72 @@ def test_reconnects_after_the_server_dies_and_chats_again(page, server):
     reply = send(page, "[[chunks:5]] after the crash")
     wait_done(reply)
     expect(reply.locator(".answer")).to_have_text(filler(5))
+
+
+def test_a_message_sent_before_the_socket_opens_goes_out_once_it_does(new_page, alice, providers):
+    page = new_page(alice)
+    control_sockets(page, "hold")  # the handshake is slow: the page is up, its socket is not yet
+    page.goto("/")
+    expect(page.locator("#model option").first).to_be_attached()
+    box = page.get_by_label("Message")
+    box.fill("[[chunks:3]] typed at once")
+    box.press("Enter")
+    expect(page.locator("#reconnecting")).to_contain_text("Connecting…")
+    expect(box).to_have_value("")
+    expect(page.locator("#notice")).to_be_hidden()
+    page.evaluate("window.__sockets.release()")
+    reply = last_reply(page)
+    wait_done(reply)
+    expect(reply.locator(".answer")).to_have_text(filler(3))
+    expect(page.locator("#reconnecting")).to_be_hidden()
+    expect(page.locator("article.message.user")).to_have_count(1)
+
+
+def test_stop_pressed_while_disconnected_goes_out_when_the_socket_is_back(new_page, alice, providers):
+    page = new_page(alice)
+    control_sockets(page)
+    open_chat(page)
+    reply = send(page, "[[delay:40]] [[chunks:400]] stop me while offline")
+    message_id = int(reply.get_attribute("data-message-id"))
+    wait_longer_while_streaming(page, reply, 0)
+    page.evaluate("window.__sockets.hold(); window.__sockets.drop()")
+    expect(page.locator("html")).to_have_attribute("data-socket", "down")
+    stop = page.locator("#stop")
+    stop.click()
+    expect(stop).to_be_disabled()
+    expect(stop).to_have_attribute("aria-label", "Stopping…")
+    page.evaluate("window.__sockets.release()")
+    wait_done(page.locator(f'article[data-message-id="{message_id}"]'), "stopped")
+    stored = Message.objects.get(pk=message_id)
+    assert stored.status == "stopped" and len(stored.content) < len(filler(400))
+    expect(page.locator("#send")).to_be_visible()
+
+
+def test_moving_to_another_conversation_while_disconnected_keeps_url_and_content_in_step(new_page, alice, providers):
+    first = conversation_for(alice, "First", "one", "first answer")
+    second = conversation_for(alice, "Second", "two", "second answer")
+    page = new_page(alice)
+    control_sockets(page)
+    open_chat(page, f"/c/{first.pk}/")
+    expect(page.locator(".answer")).to_have_text("first answer")
+    page.evaluate("window.__sockets.refuse(); window.__sockets.drop()")  # the server is unreachable...
+    page.route("**/api/conversations/*", lambda route: route.abort())  # ...for its pages too
+    expect(page.locator("html")).to_have_attribute("data-socket", "down")
+    page.locator(f'#conversation-list li[data-conversation-id="{second.pk}"] a').click()
+    expect(page).to_have_url(re.compile(f"/c/{second.pk}/$"))
+    expect(page.get_by_text("first answer")).to_have_count(0)
+    expect(page.locator("#notice")).to_contain_text("Could not open the conversation")
+    # "Retry now" tries at once instead of after the backoff (by then about 4 s).
+    page.wait_for_function("() => window.__sockets.made >= 4")
+    made = page.evaluate("window.__sockets.made")
+    page.get_by_role("button", name="Retry now").click()
+    page.wait_for_function("made => window.__sockets.made > made", arg=made, timeout=1500)
+    page.unroute("**/api/conversations/*")
+    page.evaluate("window.__sockets.release()")  # back within the backoff's 10 s at most
+    expect(page.locator(".answer")).to_have_text("second answer", timeout=20_000)
+    expect(page.get_by_role("heading", level=1)).to_have_text("Second")
+    expect(page.locator("#notice")).to_be_hidden()
+    expect(page.locator("#reconnecting")).to_be_hidden()
 
 
 # --- policy, layout, themes -----------------------------------------------------------
@@ -698,6 +780,12 @@ def test_demo_banner_when_the_only_provider_is_the_built_in_demo(new_page, alice
         reply = send(page, "hello demo")
         wait_done(reply, timeout=30_000)
         expect(reply.locator(".answer")).to_contain_text("demo upstream")
+        # Dismissed once, it stays away on the next visit.
+        page.get_by_role("button", name="Dismiss the demo notice").click()
+        expect(banner).to_be_hidden()
+        page.reload()
+        open_chat(page)
+        expect(banner).to_be_hidden()
     finally:
         demo.stop()
 
@@ -792,3 +880,69 @@ def test_sidebar_shows_the_month_so_far_warns_at_80_percent_and_updates_after_ea
 def test_sidebar_shows_spending_without_a_bar_when_there_is_no_budget(page):
     expect(page.get_by_test_id("budget")).to_contain_text("$0.00 spent")
     expect(page.get_by_role("meter")).to_be_hidden()
+
+
+# --- small things a new user hits ------------------------------------------------------
+
+
+def test_copy_answer_says_copied_and_leaves_out_leading_blank_lines(new_page, alice, providers):
+    conversation = conversation_for(alice, "Copy me", "hi", "\n\n  Indented first line\n\nSecond.\n")
+    page = new_page(alice)
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"])
+    open_chat(page, f"/c/{conversation.pk}/")
+    page.get_by_role("button", name="Copy answer").click()
+    expect(page.get_by_role("button", name="Copied")).to_be_visible()
+    assert page.evaluate("navigator.clipboard.readText()") == "  Indented first line\n\nSecond."
+    expect(page.get_by_role("button", name="Copy answer")).to_be_visible()  # the label comes back
+
+
+def test_a_remote_image_shows_its_alt_text_and_link_and_is_never_fetched(new_page, alice, providers):
+    answer = "Look: ![a chart of sales](https://images.example.com/chart.png) and ![](http://x.example/p.gif)"
+    conversation = conversation_for(alice, "Pictures", "hi", answer)
+    page = new_page(alice)
+    requested: list[str] = []
+    page.on("request", lambda request: requested.append(request.url))
+    open_chat(page, f"/c/{conversation.pk}/")
+    links = page.locator(".answer a.remote-image")
+    expect(links).to_have_count(2)
+    expect(links.first).to_have_text("🖼 a chart of sales")
+    expect(links.first).to_have_attribute("href", "https://images.example.com/chart.png")
+    expect(links.nth(1)).to_have_text("🖼 image")
+    expect(page.locator(".answer img")).to_have_count(0)
+    assert not [url for url in requested if "example" in url]
+
+
+def test_tokens_page_from_the_chat_secret_once_with_a_copy_button_and_the_api_guide(new_page, alice, providers):
+    page = new_page(alice)
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"])
+    open_chat(page)
+    page.get_by_role("link", name="API tokens").click()
+    expect(page).to_have_url(re.compile("/settings/tokens/$"))
+    name = page.get_by_label("Name of a new token")
+    assert name.bounding_box()["width"] > 200  # styled like the other fields, not a tiny default box
+    name.fill("laptop")
+    page.get_by_role("button", name="Create token").click()
+    secret = page.get_by_test_id("new-token").text_content()
+    assert secret.startswith("sk-chat-")
+    page.get_by_role("button", name="Copy").click()
+    expect(page.locator("#copy-status")).to_have_text("Copied to the clipboard.")
+    assert page.evaluate("navigator.clipboard.readText()") == secret
+    screenshot(page, "tokens")
+    page.reload()  # neither a second token nor the secret again
+    expect(page.get_by_test_id("new-token")).to_have_count(0)
+    expect(page.locator(".token-list tbody tr")).to_have_count(1)
+    assert ApiToken.objects.filter(user=alice).count() == 1
+    page.get_by_role("link", name="API guide").click()
+    guide = page.get_by_test_id("api-guide")
+    expect(guide.get_by_role("heading", level=1)).to_have_text("The OpenAI-compatible API")
+    expect(guide.locator(".code-block").first).to_be_visible()
+    screenshot(page, "api-guide")
+
+
+def test_a_missing_conversation_url_shows_a_styled_page_with_a_way_back(new_page, alice, providers):
+    page = new_page(alice)
+    response = page.goto("/c/999999999/")
+    assert response.status == 404
+    expect(page.get_by_role("heading", level=1)).to_have_text("Page not found")
+    page.get_by_role("link", name="Back to the chat").click()
+    expect(page).to_have_url(re.compile("/$"))

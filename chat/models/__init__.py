@@ -6,10 +6,12 @@
 - usage: one row per stream, metered
 - rollups: the usage rows' daily sums, kept by triggers (chat/rollup.py), for the dashboard
 - workers: one lease per serving process
+- attachments: uploaded files, sent with a message
 - chat/budgets.py: prices and monthly budgets (their models are re-exported here too)
 """
 
 from ..budgets import Budget, Limit, Price, Spent, budget_for, month_start, price_unpriced, priced, spent
+from .attachments import Attachment, AttachmentQuerySet
 from .base import ChatError, Status, fit
 from .conversations import Conversation, ConversationQuerySet, Message, MessageQuerySet, Turn, begin_turn
 from .providers import (
@@ -35,6 +37,8 @@ __all__ = [
     "TOKEN_PREFIX",
     "ApiToken",
     "ApiTokenQuerySet",
+    "Attachment",
+    "AttachmentQuerySet",
     "Budget",
     "CatalogEntry",
     "ChatError",

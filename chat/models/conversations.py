@@ -12,6 +12,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from .. import upstream
+from ..relay import prompt_chars
 from .base import MODEL_MAX_LENGTH, ChatError, Status
 from .providers import CatalogEntry
 from .usage import Usage
@@ -62,11 +63,23 @@ class Conversation(models.Model):
         merged = {**self.params, **params}
         self.params = {name: value for name, value in merged.items() if value is not None}
 
-    def upstream_messages(self) -> list[dict[str, str]]:
-        """The history in OpenAI's shape: system prompt, then every message with text."""
-        history = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
-        for role, content in self.messages.exclude(content="").values_list("role", "content"):
-            history.append({"role": role, "content": content})
+    def upstream_messages(self, *, images: bool = False) -> list[dict]:
+        """The history in OpenAI's shape: system prompt, then every message with text or attachments.
+
+        A user message's attachments go with it (chat/models/attachments.py): documents as
+        delimited text before its words, images as image_url parts when `images` (the model accepts them).
+        """
+        from .attachments import Attachment, upstream_content
+
+        history: list[dict] = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
+        attached: dict[int, list[Attachment]] = {}
+        for attachment in Attachment.objects.filter(message__conversation=self):
+            attached.setdefault(attachment.message_id, []).append(attachment)
+        for pk, role, content in self.messages.values_list("pk", "role", "content"):
+            if pk in attached:
+                history.append({"role": role, "content": upstream_content(content, attached[pk], images=images)})
+            elif content:
+                history.append({"role": role, "content": content})
         return history
 
 
@@ -172,6 +185,7 @@ def begin_turn(
     edit: int | None = None,
     system_prompt: str | None = None,
     worker_id: int | None = None,
+    attachments: list[int] | None = None,
 ) -> Turn:
     """Store the user's message (new, edited, or the last one again) and an empty streaming reply.
 
@@ -181,25 +195,41 @@ def begin_turn(
     and over the user's limits (chat/limits.py) or budget (chat/budgets.py), before anything
     is stored; a refusal over budget leaves a `refused` usage row.
     worker_id: the process that will stream the reply (its lease keeps the reply alive).
+    attachments: ids of the user's unsent uploads, sent with a new message (chat/models/attachments.py).
     """
     from .. import limits
     from ..budgets import BudgetExceeded, refuse
 
     try:
-        return _begin_turn(user, entry, params, conversation_id, content, edit, system_prompt, worker_id, limits)
+        return _begin_turn(
+            user, entry, params, conversation_id, content, edit, system_prompt, worker_id, limits, attachments or []
+        )
     except BudgetExceeded as exc:
         refuse(user, source=Usage.Source.CHAT, provider_id=entry.provider.pk, model=entry.model,
                prompt_tokens=exc.prompt_tokens, detail=exc.detail)  # fmt: skip
         raise ChatError(exc.code, exc.detail) from None
 
 
-def _begin_turn(user, entry, params, conversation_id, content, edit, system_prompt, worker_id, limits) -> Turn:
+def _begin_turn(
+    user, entry, params, conversation_id, content, edit, system_prompt, worker_id, limits, attachment_ids
+) -> Turn:
     from ..budgets import BudgetExceeded, reserve
+    from .attachments import Attachment, check_message
 
+    images = entry.provider.accepts_images(entry.model)
     with transaction.atomic():
         limits.enforce(user, source=Usage.Source.CHAT)
+        attachments = Attachment.objects.for_message(user, attachment_ids) if attachment_ids else []
+        if attachments:
+            check_message(attachments, content or "")
+            if not images and any(a.kind == Attachment.Kind.IMAGE for a in attachments):
+                raise ChatError(
+                    "images_not_supported",
+                    f"{entry.model} does not accept images: remove the image, or pick a model that accepts them.",
+                )
         if conversation_id is None:
-            conversation = Conversation.objects.create(owner=user, title=Conversation.title_for(content or ""))
+            title = Conversation.title_for(content or (attachments[0].name if attachments else ""))
+            conversation = Conversation.objects.create(owner=user, title=title)
         else:
             conversation = Conversation.objects.owned_by(user).select_for_update().filter(pk=conversation_id).first()
             if conversation is None:
@@ -217,6 +247,8 @@ def _begin_turn(user, entry, params, conversation_id, content, edit, system_prom
             user_message = last_user
         else:
             user_message = conversation.messages.create(role=Message.Role.USER, content=content)
+            if attachments:
+                Attachment.objects.attach_to(user_message, attachments)
         now = timezone.now()
         conversation.model = entry.qualified
         conversation.updated = now
@@ -225,8 +257,8 @@ def _begin_turn(user, entry, params, conversation_id, content, edit, system_prom
         if system_prompt is not None:
             conversation.system_prompt = system_prompt
         conversation.save(update_fields=["model", "updated", "params", "system_prompt"])
-        history = conversation.upstream_messages()
-        prompt_tokens = upstream.estimate_tokens(sum(len(m["content"]) for m in history))
+        history = conversation.upstream_messages(images=images)
+        prompt_tokens = upstream.estimate_tokens(prompt_chars(history))  # chat/relay.py: text and images
         try:
             reservation = reserve(
                 user,

@@ -1,4 +1,5 @@
 // One message on the page: a user's text, or an assistant's answer with its thinking, status and usage.
+import { attachmentList } from "./attachments.js";
 import { iconButton } from "./icons.js";
 import { StreamRenderer, renderMarkdown } from "./render.js";
 
@@ -78,13 +79,16 @@ export class MessageView {
 
   buildUser(message) {
     this.text = element("div", "user-text", message.content);
+    this.text.hidden = !message.content; // a message of attachments alone
     this.actions = element("div", "message-actions");
     this.actions.append(iconButton("edit", "Edit"));
+    if (message.attachments?.length) this.article.append(attachmentList(message.attachments));
     this.article.append(this.text, this.actions);
   }
 
   setUserText(content) {
     this.text.textContent = content;
+    this.text.hidden = !content;
   }
 
   buildAssistant(message) {
@@ -267,7 +271,7 @@ export class MessageView {
       this.article.prepend(box);
       const close = (value) => {
         box.remove();
-        this.text.hidden = false;
+        this.text.hidden = !this.text.textContent;
         this.actions.hidden = false;
         resolve(value);
       };

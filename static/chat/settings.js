@@ -16,6 +16,7 @@ export class ModelPicker {
   async load() {
     const data = await api("/api/models");
     this.defaultModel = data.default;
+    this.models = new Map(data.models.map((model) => [model.qualified, model]));
     const groups = new Map();
     for (const model of data.models) {
       if (!groups.has(model.provider)) {
@@ -46,6 +47,11 @@ export class ModelPicker {
         return;
       }
     }
+  }
+
+  /** The chosen model's entry from /api/models ({id, qualified, provider, images}), or null. */
+  get chosen() {
+    return this.models?.get(this.select.value) || null;
   }
 
   get value() {

@@ -21,7 +21,7 @@ def drop_triggers(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('chat', '0006_usage_dashboard_indexes'),
+        ('chat', '0007_attachments'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
