@@ -354,6 +354,12 @@ def test_dashboard_in_a_browser_light_and_dark(browser, server, team, scheme, dj
             assert drawn > 10
         people = page.locator("#people-table tbody tr td:first-child")
         expect(people).to_have_count(5)
+        # Rows drawn by usage.js from the page's JSON, formatted as the template formats the other tables.
+        first = page.locator("#people-table tbody tr").first
+        user = first.get_attribute("data-user")
+        expect(first.locator("td a")).to_have_attribute("href", re.compile(rf"[?&]user={user}(&|$)"))
+        expect(first.locator("td").nth(5)).to_have_text(re.compile(r"^\$\d[\d,]*\.\d{4}$"))
+        expect(first.locator("td").nth(1)).to_have_text(re.compile(r"^\d[\d,]*$"))
         header = page.locator("#people-table th").filter(has_text="Person")
         header.get_by_role("button").click()
         expect(header).to_have_attribute("aria-sort", "descending")
