@@ -187,6 +187,8 @@ def message_json(message: Message) -> dict:
         "role": message.role,
         "content": message.content,
         "reasoning": message.reasoning,
+        "thinking_ms": message.thinking_ms,
+        "tool_calls": message.tool_calls or None,
         "status": message.status,
         "finish_reason": message.finish_reason or None,
         "error": message.error or None,

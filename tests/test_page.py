@@ -223,13 +223,48 @@ def test_reasoning_streams_in_an_open_thinking_block_that_folds_when_the_answer_
     expect(thinking).not_to_have_attribute("open", "")  # folded as soon as the answer starts
     wait_done(reply)
     reasoning = "".join(_cycle_pieces(_REASONING_TEXT, 60))
-    expect(thinking.locator("summary")).to_have_text(f"Thought for {len(reasoning):,} characters")
+    # 60 reasoning chunks 40 ms apart: about 2.4 s of thinking, measured by the server and stored.
+    thought = Message.objects.get(pk=int(reply.get_attribute("data-message-id"))).thinking_ms
+    assert 2000 <= thought <= 6000, thought
+    expect(thinking.locator("summary")).to_have_text(f"Thought for {round(thought / 1000)} s")
     expect(thinking).not_to_have_attribute("open", "")
     expect(thinking.locator(".thinking-body")).to_have_text(reasoning.strip())
     page.reload()  # a finished message keeps it, folded
     reply = last_reply(page)
-    expect(reply.locator("details.thinking summary")).to_have_text(f"Thought for {len(reasoning):,} characters")
+    expect(reply.locator("details.thinking summary")).to_have_text(f"Thought for {round(thought / 1000)} s")
     expect(reply.locator("details.thinking")).not_to_have_attribute("open", "")
+
+
+def test_the_thinking_block_follows_long_reasoning_unless_scrolled_up(page):
+    reply = send(page, "[[reasoning:2000]] [[delay:5]] [[chunks:5]] think at length")
+    body = reply.locator(".thinking-body")
+    at_bottom = """body => body.scrollHeight > body.clientHeight + 50
+        && body.scrollHeight - body.scrollTop - body.clientHeight < 30"""
+    page.wait_for_function(at_bottom, arg=body.element_handle())
+    length = body.evaluate("body => { body.scrollTop = 0; return body.textContent.length; }")
+    grown = "([body, than]) => body.textContent.length > than + 200"
+    page.wait_for_function(grown, arg=[body.element_handle(), length])
+    assert body.evaluate("body => body.scrollTop") == 0  # the reader's place is kept
+
+
+def test_a_tool_call_answer_shows_each_call_folded(page):
+    reply = send(page, "[[tools]] what is the weather")
+    wait_done(reply)
+    calls = reply.locator("details.tool-call")
+    expect(calls).to_have_count(2)
+    expect(calls.first.locator("summary")).to_have_text("Tool call: get_weather")
+    expect(calls.first).not_to_have_attribute("open", "")
+    calls.first.locator("summary").click()
+    expect(calls.first.locator("code")).to_contain_text('"')
+    page.reload()  # stored with the message
+    expect(last_reply(page).locator("details.tool-call")).to_have_count(2)
+
+
+def test_a_request_that_never_started_shows_no_guessed_usage(page):
+    reply = send(page, "[[status:500]] fail at once")
+    wait_done(reply, "failed")
+    expect(reply.locator(".usage")).to_be_hidden()
+    expect(reply.locator(".message-error")).to_be_visible()
 
 
 def test_markdown_table_highlighted_code_and_copy_button(new_page, alice, providers):
@@ -509,13 +544,30 @@ def test_request_settings_go_with_the_first_message_then_are_saved_on_the_conver
     page.get_by_label("Max tokens").fill("500")
     page.get_by_label("System prompt").fill("Answer like a pirate.")
     screenshot(page, "settings")
+    expect(page.locator("#settings-note")).to_have_text("Sent with the first message of this new chat.")
     wait_done(send(page, "[[chunks:3]] ahoy"))
     body = fake.app.last().body
     assert body["temperature"] == 0.3 and body["max_tokens"] == 500
     assert body["messages"][0] == {"role": "system", "content": "Answer like a pirate."}
+    expect(page.locator("#settings-note")).to_have_text("Saved on this conversation when changed.")
+    # Out of range: said under the field, with the range, and neither saved nor sent.
+    expect(page.locator("#temperature-hint")).to_have_text("0 to 2")
+    page.get_by_label("Temperature").fill("7")
+    page.get_by_label("Temperature").press("Tab")
+    expect(page.locator("#temperature-error")).to_contain_text("from 0 to 2")
+    expect(page.get_by_label("Temperature")).to_have_attribute("aria-invalid", "true")
+    assert Conversation.objects.get().params["temperature"] == 0.3
+    sent = len(fake.app.streams)
+    page.get_by_label("Message").fill("[[chunks:3]] not with a bad setting")
+    page.get_by_label("Message").press("Enter")
+    expect(page.locator("#notice")).to_contain_text("out of range")
+    expect(page.get_by_label("Temperature")).to_be_focused()
+    assert len(fake.app.streams) == sent
+    page.get_by_label("Message").fill("")
     page.get_by_label("Temperature").fill("0.7")
     page.get_by_label("Temperature").press("Tab")
     expect(page.locator("#settings-note")).to_have_text("Saved.")
+    expect(page.locator("#temperature-error")).to_be_hidden()
     assert Conversation.objects.get().params == {"temperature": 0.7, "max_tokens": 500}
     wait_done(send(page, "[[chunks:3]] again"))
     assert fake.app.last().body["temperature"] == 0.7
@@ -946,3 +998,57 @@ def test_a_missing_conversation_url_shows_a_styled_page_with_a_way_back(new_page
     expect(page.get_by_role("heading", level=1)).to_have_text("Page not found")
     page.get_by_role("link", name="Back to the chat").click()
     expect(page).to_have_url(re.compile("/$"))
+
+
+def test_a_long_sidebar_title_uses_the_whole_row_until_its_buttons_show(new_page, alice, providers):
+    long = conversation_for(alice, "A rather long title that needs the whole width of the sidebar row", "hi", "ho")
+    conversation_for(alice, "Other", "hi", "ho")  # opened, so the long one is not the active row
+    page = new_page(alice)
+    open_chat(page)
+    row = page.locator(f'#conversation-list li[data-conversation-id="{long.pk}"]')
+    link = row.locator("a")
+    row_box, link_box = row.bounding_box(), link.bounding_box()
+    assert link_box["width"] >= row_box["width"] - 1  # no room kept for invisible buttons
+    row.hover()
+    expect(row.get_by_role("button", name=re.compile("^Rename"))).to_be_visible()
+    buttons = row.locator(".conversation-actions").bounding_box()  # with its left padding
+    text_end = link.evaluate("a => a.getBoundingClientRect().right - parseFloat(getComputedStyle(a).paddingRight)")
+    assert text_end <= buttons["x"] + 1  # the title's ellipsis comes before the buttons
+
+
+def test_an_error_shows_one_sentence_and_folds_the_rest(new_page, alice, providers):
+    conversation = conversation_for(alice, "Broken", "hi", "partial")
+    reply = conversation.messages.get(role="assistant")
+    reply.status, reply.error = (
+        "failed",
+        "The upstream refused the request (502): Bad gateway. " + "<html>x</html> " * 40,
+    )
+    reply.save()
+    page = new_page(alice)
+    open_chat(page, f"/c/{conversation.pk}/")
+    error = page.locator(".message-error")
+    expect(error).to_contain_text("The upstream refused the request (502): Bad gateway.")
+    details = error.locator("details")
+    expect(details).not_to_have_attribute("open", "")
+    expect(details.locator("pre")).to_be_hidden()
+    details.locator("summary").click()
+    expect(details.locator("pre")).to_contain_text("<html>x</html>")
+
+
+def test_scrolled_up_during_a_stream_a_button_brings_the_reader_back_down(page):
+    reply = send(page, "[[delay:20]] [[chunks:800]] a long one")
+    messages = page.get_by_test_id("messages")
+    overflowing = "el => el.scrollHeight > el.clientHeight + 400"
+    page.wait_for_function(overflowing, arg=messages.element_handle())
+    button = page.get_by_role("button", name="Scroll to the bottom")
+    expect(button).to_be_hidden()  # following the answer at the bottom
+    messages.evaluate("el => { el.scrollTop = 0; }")
+    expect(button).to_be_visible()
+    length = answer_length(reply)
+    wait_longer_while_streaming(page, reply, length + 100)
+    assert messages.evaluate("el => el.scrollTop") == 0  # the reader's place is kept
+    button.click()
+    expect(button).to_be_hidden()
+    near_bottom = "el => el.scrollHeight - el.scrollTop - el.clientHeight < 80"
+    wait_longer_while_streaming(page, reply, answer_length(reply) + 100)
+    assert messages.evaluate(near_bottom)  # following again

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -35,6 +36,23 @@ class ConversationQuerySet(models.QuerySet):
         return self.filter(Q(title__icontains=query) | Q(messages__content__icontains=query)).distinct()
 
 
+# What a title leaves out of a first line: [[directives]], images, link targets, heading, list,
+# quote and emphasis marks, code ticks.
+_DIRECTIVE_RE = re.compile(r"\[\[[^\]]*\]\]")
+_IMAGE_RE = re.compile(r"!\[([^\]]*)\]\([^)]*\)")
+_LINK_RE = re.compile(r"\[([^\]]*)\]\([^)]*\)")
+_LEAD_RE = re.compile(r"^\s*(?:#{1,6}\s+|>\s*|[-*+]\s+|\d{1,9}[.)]\s+)+")
+_MARKS_RE = re.compile(r"(\*\*|__|~~|`+|(?<!\w)[*_](?=\S)|(?<=\S)[*_](?!\w))")
+
+
+def _plain(line: str) -> str:
+    line = _DIRECTIVE_RE.sub(" ", line)
+    line = _IMAGE_RE.sub(r"\1", line)
+    line = _LINK_RE.sub(r"\1", line)
+    line = _MARKS_RE.sub("", _LEAD_RE.sub("", line))
+    return " ".join(line.split())
+
+
 class Conversation(models.Model):
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="conversations")
     title = models.CharField(max_length=200, blank=True)
@@ -55,7 +73,9 @@ class Conversation(models.Model):
 
     @staticmethod
     def title_for(text: str) -> str:
-        line = next((line.strip() for line in text.splitlines() if line.strip()), "New chat")
+        """The first line with words, as plain text: no markdown marks, no [[directives]], at most 60 characters."""
+        lines = (_plain(line) for line in text.splitlines())
+        line = next((line for line in lines if line), "New chat")
         return line if len(line) <= 60 else line[:59].rstrip() + "…"
 
     def merge_params(self, params: dict) -> None:
@@ -149,6 +169,7 @@ class Message(models.Model):
     content = models.TextField(blank=True)
     reasoning = models.TextField(blank=True)
     tool_calls = models.JSONField(null=True, blank=True)
+    thinking_ms = models.PositiveIntegerField("time spent thinking (ms)", null=True, blank=True)
     status = models.CharField(max_length=12, choices=Status.choices, default=Status.COMPLETE, db_index=True)
     finish_reason = models.CharField(max_length=30, blank=True)
     error = models.TextField(blank=True)

@@ -76,13 +76,26 @@ if ($("demo-banner")) {
 
 // Follow the bottom while the user is there; scrolling up to read stops the following.
 let stuckToBottom = true;
+// Scrolled up with more below: a button brings the reader back down (and following again).
+const toBottom = $("to-bottom");
+function updateToBottom() {
+  const { scrollTop, scrollHeight, clientHeight } = ui.messages;
+  toBottom.hidden = stuckToBottom || scrollHeight - scrollTop - clientHeight < 80;
+}
 ui.messages.addEventListener("scroll", () => {
   const { scrollTop, scrollHeight, clientHeight } = ui.messages;
   stuckToBottom = scrollHeight - scrollTop - clientHeight < 80;
+  updateToBottom();
 });
 function followBottom() {
   if (stuckToBottom) ui.messages.scrollTop = ui.messages.scrollHeight;
+  else updateToBottom();
 }
+toBottom.addEventListener("click", () => {
+  stuckToBottom = true;
+  ui.messages.scrollTop = ui.messages.scrollHeight;
+  toBottom.hidden = true;
+});
 
 function setTitle(title) {
   state.title = title || "New chat";
@@ -269,7 +282,7 @@ function sendMessage() {
     return;
   }
   // Refused here, before anything is sent: a model that takes no images, uploads still running, the limits.
-  const problem = tray.problem(picker.chosen, content);
+  const problem = settings.problem() || tray.problem(picker.chosen, content);
   if (problem) {
     showNotice(problem);
     return;
@@ -337,6 +350,7 @@ function onStarted(frame) {
     if (state.conversation === null) {
       state.conversation = frame.conversation;
       history.pushState({}, "", `/c/${frame.conversation}/`);
+      settings.started();
     }
     state.watched.add(frame.conversation);
     if (pending.view) {

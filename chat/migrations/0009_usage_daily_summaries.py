@@ -21,7 +21,7 @@ def drop_triggers(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('chat', '0007_attachments'),
+        ('chat', '0008_message_thinking_ms'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
