@@ -36,7 +36,7 @@ def seed(rows: int) -> float:
 
     The rows go in as plain tuples (COPY on PostgreSQL, executemany on SQLite) with the
     summaries' triggers off, then `rollup` makes the triggers again and fills the summaries with
-    one GROUP BY each, as migration 0009 does on an existing database.
+    one GROUP BY each, as migration 0010 does on an existing database.
     """
     import random
     from datetime import timedelta

@@ -21,7 +21,7 @@ def drop_triggers(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('chat', '0008_message_thinking_ms'),
+        ('chat', '0009_provider_health'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
