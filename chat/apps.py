@@ -11,9 +11,13 @@ class ChatConfig(AppConfig):
     verbose_name = "Chat"
 
     def ready(self) -> None:
+        from django.db.models.signals import post_migrate
+
+        from .rollup import install_if_missing
         from .sessions import connect_signals
 
         connect_signals()
+        post_migrate.connect(install_if_missing, sender=self)
 
 
 def prepare_to_serve() -> None:

@@ -537,6 +537,9 @@ async def settled(database_url: str, username: str, ran: int, refused: int) -> N
     assert 0 < total < ran * reservation_tokens(ENDLESS)
     line = await asyncio.to_thread(budget_line, database_url, username)
     assert f"spent $0, {total} tokens;" in line, line
+    # The dashboard's daily summaries followed every start, refusal and settlement (chat/rollup.py).
+    checked = await asyncio.to_thread(manage, database_url, "rollup", "--check")
+    assert "The daily summaries match the usage rows" in checked, checked
 
 
 # --- the command, the endpoint and the admin -----------------------------------------------------

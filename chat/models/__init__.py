@@ -4,6 +4,7 @@
 - conversations: conversations, messages and the start of a turn
 - tokens: personal API tokens
 - usage: one row per stream, metered
+- rollups: the usage rows' daily sums, kept by triggers (chat/rollup.py), for the dashboard
 - workers: one lease per serving process
 - attachments: uploaded files, sent with a message
 - reviews: reads of a conversation by someone other than its owner
@@ -26,6 +27,7 @@ from .providers import (
     timeouts,
 )
 from .reviews import ConversationRead, ConversationReadQuerySet
+from .rollups import PersonDay, PersonMonth, UsageDay
 from .tokens import TOKEN_PREFIX, ApiToken, ApiTokenQuerySet
 from .usage import Usage, UsageQuerySet
 from .workers import INTERRUPTED_ERROR, Worker, WorkerQuerySet
@@ -49,6 +51,8 @@ __all__ = [
     "Limit",
     "Message",
     "MessageQuerySet",
+    "PersonDay",
+    "PersonMonth",
     "Price",
     "Provider",
     "ProviderQuerySet",
@@ -56,6 +60,7 @@ __all__ = [
     "Status",
     "Turn",
     "Usage",
+    "UsageDay",
     "UsageQuerySet",
     "Worker",
     "WorkerQuerySet",

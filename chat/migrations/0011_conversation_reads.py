@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('chat', '0009_provider_health'),
+        ('chat', '0010_usage_daily_summaries'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
