@@ -1,11 +1,13 @@
-"""Staff views: providers (keys write-only), conversations with their messages, usage with totals."""
+"""Staff views: providers (keys write-only, models limited to groups), group chat defaults,
+conversations with their messages, usage with totals."""
 
 from django import forms
 from django.contrib import admin
 from django.contrib.auth import get_user_model
-from django.contrib.auth.admin import UserAdmin
+from django.contrib.auth.admin import GroupAdmin, UserAdmin
+from django.contrib.auth.models import Group
 
-from .models import ApiToken, Budget, Conversation, Message, Price, Provider, Usage
+from .models import ApiToken, Budget, Conversation, GroupDefaults, Message, ModelAccess, Price, Provider, Usage
 
 
 class ProviderForm(forms.ModelForm):
@@ -29,9 +31,20 @@ class ProviderForm(forms.ModelForm):
         return key or (self.instance.api_key if self.instance.pk else "")
 
 
+class ModelAccessInline(admin.TabularInline):
+    """Who may use this provider's models: a row per limited model, or one with no model for the whole list."""
+
+    model = ModelAccess
+    extra = 0
+    fields = ["model", "groups"]
+    filter_horizontal = ["groups"]
+    verbose_name_plural = "limited to groups (no row: everyone may use every model)"
+
+
 @admin.register(Provider)
 class ProviderAdmin(admin.ModelAdmin):
     form = ProviderForm
+    inlines = [ModelAccessInline]
     list_display = ["name", "base_url", "default_model", "max_connections", "enabled", "has_key", "updated"]
     list_filter = ["enabled"]
     search_fields = ["name", "base_url"]
@@ -183,3 +196,19 @@ if admin.site.is_registered(User) and isinstance(admin.site._registry[User], Use
     @admin.register(User)
     class UserWithBudgetAdmin(user_admin):
         inlines = [*user_admin.inlines, BudgetInline]
+
+
+class GroupDefaultsInline(admin.StackedInline):
+    model = GroupDefaults
+    fields = ["default_model", "system_prompt"]
+    can_delete = True
+
+
+if admin.site.is_registered(Group) and isinstance(admin.site._registry[Group], GroupAdmin):
+    # The group admin gains the chat defaults; the rest of it stays Django's.
+    group_admin = type(admin.site._registry[Group])
+    admin.site.unregister(Group)
+
+    @admin.register(Group)
+    class GroupWithDefaultsAdmin(group_admin):
+        inlines = [*group_admin.inlines, GroupDefaultsInline]

@@ -25,6 +25,7 @@ from .models import (
     Message,
     Provider,
     Usage,
+    access_for,
     client,
     fit,
     stream_state,
@@ -123,8 +124,10 @@ async def chat_completions(request):
     except RequestError as exc:
         return HttpResponse(exc.body(), status=exc.status, content_type="application/json")
     try:
-        entry = await Provider.objects.aresolve(body["model"])
+        entry = await Provider.objects.aresolve(body["model"], await access_for(token.user))
     except ChatError as exc:
+        if exc.code == "model_not_allowed":  # i14's own refusal of a model, in its shape
+            return openai_error(403, exc.detail, "permission_error", "model_not_allowed")
         return openai_error(404, exc.detail, "invalid_request_error", "model_not_found")
     payload, wants_usage = upstream_body(body, entry.model, settings.UPSTREAM_MAX_TOKENS)
     meter = Meter(token, entry, body)
@@ -424,12 +427,13 @@ class Meter:
 
 
 async def models(request):
-    """The enabled providers' models in OpenAI's list shape; `provider/model` where an id is listed twice."""
+    """The models this person may use, in OpenAI's list shape; `provider/model` where an id is listed twice."""
     if request.method != "GET":
         return openai_error(405, "Use GET.", "invalid_request_error", "method_not_allowed")
-    if await authenticate(request) is None:
+    token = await authenticate(request)
+    if token is None:
         return unauthorized()
-    catalog = await Provider.objects.acatalog()
+    catalog = await Provider.objects.acatalog(await access_for(token.user))
     seen: dict[str, int] = {}
     for entry in catalog:
         seen[entry.model] = seen.get(entry.model, 0) + 1

@@ -1,6 +1,7 @@
 """The chat app's models, one module per concern, re-exported here where Django and the code expect them.
 
 - providers: the upstreams and their models
+- access: which groups may use which models, and each group's defaults
 - conversations: conversations, messages and the start of a turn
 - tokens: personal API tokens
 - usage: one row per stream, metered
@@ -9,6 +10,7 @@
 """
 
 from ..budgets import Budget, Limit, Price, Spent, budget_for, month_start, price_unpriced, priced, spent
+from .access import Access, GroupDefaults, ModelAccess, access_for
 from .base import ChatError, Status, fit
 from .conversations import Conversation, ConversationQuerySet, Message, MessageQuerySet, Turn, begin_turn
 from .providers import (
@@ -31,6 +33,7 @@ __all__ = [
     "DEMO_PROVIDER",
     "INTERRUPTED_ERROR",
     "TOKEN_PREFIX",
+    "Access",
     "ApiToken",
     "ApiTokenQuerySet",
     "Budget",
@@ -38,9 +41,11 @@ __all__ = [
     "ChatError",
     "Conversation",
     "ConversationQuerySet",
+    "GroupDefaults",
     "Limit",
     "Message",
     "MessageQuerySet",
+    "ModelAccess",
     "Price",
     "Provider",
     "ProviderQuerySet",
@@ -51,6 +56,7 @@ __all__ = [
     "UsageQuerySet",
     "Worker",
     "WorkerQuerySet",
+    "access_for",
     "begin_turn",
     "budget_for",
     "client",
