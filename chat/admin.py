@@ -7,7 +7,20 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.admin import GroupAdmin, UserAdmin
 from django.contrib.auth.models import Group
 
-from .models import ApiToken, Budget, Conversation, GroupDefaults, Message, ModelAccess, Price, Provider, Usage
+from .invites import send_invite
+from .models import (
+    ApiToken,
+    Budget,
+    Conversation,
+    GroupDefaults,
+    Invite,
+    Message,
+    ModelAccess,
+    Price,
+    Provider,
+    Usage,
+)
+from .models.invites import account_exists
 
 
 class ProviderForm(forms.ModelForm):
@@ -212,3 +225,60 @@ if admin.site.is_registered(Group) and isinstance(admin.site._registry[Group], G
     @admin.register(Group)
     class GroupWithDefaultsAdmin(group_admin):
         inlines = [*group_admin.inlines, GroupDefaultsInline]
+
+
+# --- invites -------------------------------------------------------------------------
+
+
+class InviteForm(forms.ModelForm):
+    class Meta:
+        model = Invite
+        fields = ["email", "staff", "groups"]
+
+    def clean_email(self) -> str:
+        email = User.objects.normalize_email(self.cleaned_data["email"].strip())
+        if account_exists(email):
+            raise forms.ValidationError(f"{email} already has an account.")
+        return email
+
+
+@admin.register(Invite)
+class InviteAdmin(admin.ModelAdmin):
+    """Invite by e-mail: saving a new one e-mails its link (also shown once here); links cannot be seen again."""
+
+    form = InviteForm
+    list_display = ["email", "staff", "created", "created_by", "expires", "used", "user"]
+    list_filter = [("used", admin.EmptyFieldListFilter), "staff"]
+    search_fields = ["email"]
+    filter_horizontal = ["groups"]
+    actions = ["send_again"]
+
+    def get_readonly_fields(self, request, obj=None):
+        return ["email", "staff", "created", "created_by", "expires", "used", "user"] if obj else []
+
+    def save_model(self, request, obj, form, change):
+        secret = None
+        if not change:
+            secret = obj.new_secret()
+            obj.created_by = request.user
+        super().save_model(request, obj, form, change)
+        if secret is not None:
+            self.send(request, obj, secret)
+
+    def send(self, request, invite: Invite, secret: str) -> None:
+        """E-mail the link; staff see it once too, to pass on if the e-mail does not arrive."""
+        try:
+            send_invite(invite, secret)
+            self.message_user(request, f"Invite e-mailed to {invite.email}. Its link: {Invite.link(secret)}")
+        except OSError as exc:
+            self.message_user(
+                request, f"Could not e-mail {invite.email} ({exc}); send them this link: {Invite.link(secret)}",
+                level="warning",
+            )  # fmt: skip
+
+    @admin.action(description="Send a new link (the old one stops working)", permissions=["add"])
+    def send_again(self, request, queryset):
+        for invite in queryset.filter(used__isnull=True):
+            secret = invite.new_secret()
+            invite.save(update_fields=["digest", "expires"])
+            self.send(request, invite, secret)

@@ -10,6 +10,8 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from chatsite import mailconfig
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 
@@ -111,6 +113,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "chat.invites.sign_in_options",
             ],
         },
     },
@@ -354,3 +357,33 @@ if CHAT_FRAME_RATE <= 0 or CHAT_FRAME_BURST < 1 or API_MAX_N < 1:
     raise ImproperlyConfigured("CHAT_FRAME_RATE, CHAT_FRAME_BURST and API_MAX_N must be positive")
 if min(AUTH_LOCKOUT_FAILURES, AUTH_LOCKOUT_MINUTES, AUTH_HASH_CONCURRENCY) < 1:
     raise ImproperlyConfigured("AUTH_LOCKOUT_FAILURES, AUTH_LOCKOUT_MINUTES, AUTH_HASH_CONCURRENCY must be 1 or more")
+
+# --- Accounts: invites, sign-up, e-mail (chat/invites.py) --------------------------------
+# Where people reach this server, for the links in invites (reset links use the request's own address).
+SITE_URL = env("SITE_URL", f"http://127.0.0.1:{PUBLIC_PORT}").rstrip("/")
+INVITE_DAYS = env_number("INVITE_DAYS", 7)
+# Anyone may ask for an invite to their own e-mail address; with SIGNUP_DOMAINS, only at those domains.
+SIGNUP_OPEN = env_bool("SIGNUP_OPEN", False)
+SIGNUP_DOMAINS = [domain.lower().lstrip("@") for domain in env_list("SIGNUP_DOMAINS")]
+# E-mail: EMAIL_URL (chatsite/mailconfig.py), or Django's EMAIL_* settings one by one;
+# with neither, messages are printed to the console, so `make run` needs no mail server.
+if env("EMAIL_URL"):
+    try:
+        globals().update(mailconfig.parse(env("EMAIL_URL")))
+    except ValueError as exc:
+        raise ImproperlyConfigured(str(exc)) from None
+else:
+    EMAIL_HOST = env("EMAIL_HOST")
+    EMAIL_BACKEND = env(
+        "EMAIL_BACKEND", f"django.core.mail.backends.{'smtp' if EMAIL_HOST else 'console'}.EmailBackend"
+    )
+    EMAIL_HOST = EMAIL_HOST or "localhost"
+    EMAIL_PORT = env_number("EMAIL_PORT", 25)
+    EMAIL_HOST_USER = env("EMAIL_HOST_USER")
+    EMAIL_HOST_PASSWORD = env("EMAIL_HOST_PASSWORD")
+    EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+    EMAIL_USE_SSL = env_bool("EMAIL_USE_SSL", False)
+DEFAULT_FROM_EMAIL = env("DEFAULT_FROM_EMAIL", "chat@localhost")
+EMAIL_TIMEOUT = env_number("EMAIL_TIMEOUT", 10)
+if INVITE_DAYS < 1:
+    raise ImproperlyConfigured("INVITE_DAYS must be 1 or more")

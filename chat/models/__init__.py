@@ -4,6 +4,7 @@
 - access: which groups may use which models, and each group's defaults
 - conversations: conversations, messages and the start of a turn
 - tokens: personal API tokens
+- invites: single-use links to join
 - usage: one row per stream, metered
 - workers: one lease per serving process
 - chat/budgets.py: prices and monthly budgets (their models are re-exported here too)
@@ -13,6 +14,7 @@ from ..budgets import Budget, Limit, Price, Spent, budget_for, month_start, pric
 from .access import Access, GroupDefaults, ModelAccess, access_for
 from .base import ChatError, Status, fit
 from .conversations import Conversation, ConversationQuerySet, Message, MessageQuerySet, Turn, begin_turn
+from .invites import Invite, InviteQuerySet
 from .providers import (
     DEMO_MODEL,
     DEMO_PROVIDER,
@@ -42,6 +44,8 @@ __all__ = [
     "Conversation",
     "ConversationQuerySet",
     "GroupDefaults",
+    "Invite",
+    "InviteQuerySet",
     "Limit",
     "Message",
     "MessageQuerySet",
