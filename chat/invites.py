@@ -72,7 +72,7 @@ class ChoosePasswordForm(forms.Form):
 def accept(request, secret: str):
     """The invite link: choose a password, and the account is made and signed in."""
     invite = Invite.objects.for_secret(secret)
-    if invite is None:
+    if invite is None or not settings.AUTH_PASSWORD_LOGIN:  # no passwords here: sign in through the provider
         return render(request, "registration/invite_invalid.html", status=410)
     form = ChoosePasswordForm(invite.email, request.POST or None)
     if request.method == "POST" and form.is_valid():
@@ -97,7 +97,7 @@ class SignupForm(forms.Form):
 
 def signup(request):
     """Open sign-up (SIGNUP_OPEN): an invite link is e-mailed, so only the address's owner can use it."""
-    if not settings.SIGNUP_OPEN:
+    if not (settings.SIGNUP_OPEN and settings.AUTH_PASSWORD_LOGIN):
         return render(request, "registration/signup_closed.html", status=404)
     form = SignupForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
@@ -119,4 +119,8 @@ def signup(request):
 
 def sign_in_options(request) -> dict:
     """Template context: which ways in the sign-in page offers."""
-    return {"signup_open": settings.SIGNUP_OPEN}
+    return {
+        "signup_open": settings.SIGNUP_OPEN and settings.AUTH_PASSWORD_LOGIN,
+        "password_login": settings.AUTH_PASSWORD_LOGIN,
+        "sso_name": settings.OIDC_NAME if settings.OIDC_ISSUER else "",
+    }

@@ -385,5 +385,31 @@ else:
     EMAIL_USE_SSL = env_bool("EMAIL_USE_SSL", False)
 DEFAULT_FROM_EMAIL = env("DEFAULT_FROM_EMAIL", "chat@localhost")
 EMAIL_TIMEOUT = env_number("EMAIL_TIMEOUT", 10)
+
+# Single sign-on by OpenID Connect (chat/sso.py): on when OIDC_ISSUER is set.
+OIDC_ISSUER = env("OIDC_ISSUER")
+OIDC_NAME = env("OIDC_NAME", "single sign-on")  # the button says "Sign in with <this>"
+OIDC_USERNAME_CLAIM = env("OIDC_USERNAME_CLAIM", "email")
+OIDC_ALLOWED_DOMAINS = [domain.lower().lstrip("@") for domain in env_list("OIDC_ALLOWED_DOMAINS")]
+OIDC_CREATE_USER = env_bool("OIDC_CREATE_USERS", True)  # mozilla-django-oidc's name for it
+OIDC_RP_CLIENT_ID = env("OIDC_CLIENT_ID")
+OIDC_RP_CLIENT_SECRET = env("OIDC_CLIENT_SECRET")
+OIDC_RP_SIGN_ALGO = env("OIDC_SIGN_ALGO", "RS256")
+OIDC_RP_SCOPES = env("OIDC_SCOPES", "openid email profile")
+OIDC_USE_PKCE = True
+OIDC_TIMEOUT = env_number("OIDC_TIMEOUT", 10.0, float)
+OIDC_AUTHENTICATE_CLASS = "chat.sso.SignInView"
+OIDC_CALLBACK_CLASS = "chat.sso.CallbackView"
+LOGIN_REDIRECT_URL_FAILURE = "/accounts/login/?sso=failed"
+# Whether the sign-in page offers the password form (and passwords sign in at all).
+AUTH_PASSWORD_LOGIN = env_bool("AUTH_PASSWORD_LOGIN", True)
+if OIDC_ISSUER:
+    if not (OIDC_RP_CLIENT_ID and OIDC_RP_CLIENT_SECRET):
+        raise ImproperlyConfigured("OIDC_ISSUER needs OIDC_CLIENT_ID and OIDC_CLIENT_SECRET")
+    AUTHENTICATION_BACKENDS.append("chat.sso.Backend")
+if not AUTH_PASSWORD_LOGIN:
+    if not OIDC_ISSUER:
+        raise ImproperlyConfigured("AUTH_PASSWORD_LOGIN=0 needs another way in: set OIDC_ISSUER")
+    AUTHENTICATION_BACKENDS.remove("chat.accounts.BoundedModelBackend")
 if INVITE_DAYS < 1:
     raise ImproperlyConfigured("INVITE_DAYS must be 1 or more")
