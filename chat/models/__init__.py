@@ -7,11 +7,13 @@
 - invites: single-use links to join
 - usage: one row per stream, metered
 - workers: one lease per serving process
+- attachments: uploaded files, sent with a message
 - chat/budgets.py: prices and monthly budgets (their models are re-exported here too)
 """
 
 from ..budgets import Budget, Limit, Price, Spent, budget_for, month_start, price_unpriced, priced, spent
 from .access import Access, GroupDefaults, ModelAccess, access_for
+from .attachments import Attachment, AttachmentQuerySet
 from .base import ChatError, Status, fit
 from .conversations import Conversation, ConversationQuerySet, Message, MessageQuerySet, Turn, begin_turn
 from .invites import Invite, InviteQuerySet
@@ -38,6 +40,8 @@ __all__ = [
     "Access",
     "ApiToken",
     "ApiTokenQuerySet",
+    "Attachment",
+    "AttachmentQuerySet",
     "Budget",
     "CatalogEntry",
     "ChatError",
