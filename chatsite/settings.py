@@ -446,6 +446,24 @@ if OIDC_ISSUER:
     if not (OIDC_RP_CLIENT_ID and OIDC_RP_CLIENT_SECRET):
         raise ImproperlyConfigured("OIDC_ISSUER needs OIDC_CLIENT_ID and OIDC_CLIENT_SECRET")
     AUTHENTICATION_BACKENDS.append("chat.sso.Backend")
+# LDAP sign-in (django-auth-ldap, requirements-ldap.txt): on when LDAP_SERVER_URI is set. People
+# sign in with the password form; their account here is made (or updated) from the directory.
+LDAP_SERVER_URI = env("LDAP_SERVER_URI")
+if LDAP_SERVER_URI:
+    import ldap
+    from django_auth_ldap.config import LDAPSearch
+
+    AUTH_LDAP_SERVER_URI = LDAP_SERVER_URI
+    AUTH_LDAP_START_TLS = env_bool("LDAP_START_TLS", False)
+    AUTH_LDAP_BIND_DN = env("LDAP_BIND_DN")
+    AUTH_LDAP_BIND_PASSWORD = env("LDAP_BIND_PASSWORD")
+    AUTH_LDAP_USER_SEARCH = LDAPSearch(
+        env("LDAP_USER_BASE"), ldap.SCOPE_SUBTREE, env("LDAP_USER_FILTER", "(uid=%(user)s)")
+    )
+    AUTH_LDAP_USER_ATTR_MAP = {"email": env("LDAP_EMAIL_ATTR", "mail"), "first_name": "givenName", "last_name": "sn"}
+    AUTH_LDAP_CONNECTION_OPTIONS = {ldap.OPT_NETWORK_TIMEOUT: env_number("LDAP_TIMEOUT", 10.0, float)}
+    # Before the local passwords: a directory account signs in with its directory password.
+    AUTHENTICATION_BACKENDS.insert(1, "django_auth_ldap.backend.LDAPBackend")
 if not AUTH_PASSWORD_LOGIN:
     if not OIDC_ISSUER:
         raise ImproperlyConfigured("AUTH_PASSWORD_LOGIN=0 needs another way in: set OIDC_ISSUER")
