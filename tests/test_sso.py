@@ -54,17 +54,21 @@ class Provider:
 
 @pytest.fixture(scope="module")
 def sso(django_db_setup, django_db_blocker):
-    """Two chat servers signing in through one provider: with the password form, and with AUTH_PASSWORD_LOGIN=0."""
+    """Chat servers on one provider: as configured, with AUTH_PASSWORD_LOGIN=0, and with OIDC_CREATE_USERS=0."""
     base = {"DATABASE_URL": database_url(connection.settings_dict), "OIDC_CLIENT_ID": CLIENT_ID,
             "OIDC_CLIENT_SECRET": CLIENT_SECRET, "OIDC_NAME": "Test IdP", "OIDC_USERNAME_CLAIM": "preferred_username",
             "OIDC_ALLOWED_DOMAINS": "corp.example"}  # fmt: skip
-    both, sso_only = LiveServer(base), LiveServer({**base, "AUTH_PASSWORD_LOGIN": "0"})
-    provider = Provider([f"{server.url}/oidc/callback/" for server in (both, sso_only)])
-    for server in (both, sso_only):
+    servers = (
+        LiveServer(base),
+        LiveServer({**base, "AUTH_PASSWORD_LOGIN": "0"}),
+        LiveServer({**base, "OIDC_CREATE_USERS": "0"}),
+    )
+    provider = Provider([f"{server.url}/oidc/callback/" for server in servers])
+    for server in servers:
         server.env["OIDC_ISSUER"] = provider.issuer
         server.start()
-    yield both, sso_only
-    for server in (both, sso_only):
+    yield servers
+    for server in servers:
         server.stop()
     provider.stop()
 
@@ -102,7 +106,7 @@ def through_the_provider(page, server, username: str, password: str) -> None:
 
 
 def test_first_sign_in_makes_the_account_from_the_claims_and_the_next_finds_it(sso, page, django_user_model, providers):
-    server, _ = sso
+    server = sso[0]
     through_the_provider(page, server, "gina.k", "gina-idp-pw")
     open_chat(page)  # signed in, on the chat page
     expect(page.locator(".sidebar-foot .username")).to_have_text("gina.k")  # OIDC_USERNAME_CLAIM's value
@@ -118,7 +122,7 @@ def test_first_sign_in_makes_the_account_from_the_claims_and_the_next_finds_it(s
 
 @pytest.mark.parametrize(("username", "password"), [("mallory", "mallory-idp-pw"), ("unverified-ivan", "ivan-idp-pw")])
 def test_people_outside_the_allowed_domains_are_refused(sso, page, django_user_model, username, password):
-    server, _ = sso
+    server = sso[0]
     through_the_provider(page, server, username, password)
     expect(page).to_have_url(re.compile(r"/accounts/login/\?sso=failed$"))
     expect(page.get_by_role("alert")).to_contain_text("Signing in with Test IdP did not work")
@@ -128,14 +132,14 @@ def test_people_outside_the_allowed_domains_are_refused(sso, page, django_user_m
 
 
 def test_a_deactivated_account_is_refused_by_single_sign_on_too(sso, page, django_user_model):
-    server, _ = sso
+    server = sso[0]
     django_user_model.objects.create_user("gina.k", email="gina@corp.example", is_active=False)
     through_the_provider(page, server, "gina.k", "gina-idp-pw")
     expect(page).to_have_url(re.compile(r"/accounts/login/\?sso=failed$"))
 
 
 def test_the_password_form_shows_beside_the_button_by_default(sso, page, alice, providers):
-    server, _ = sso
+    server = sso[0]
     page.goto(server.url + "/accounts/login/")
     expect(page.get_by_role("link", name="Sign in with Test IdP")).to_be_visible()
     page.get_by_label("Username or e-mail").fill("alice")
@@ -145,7 +149,7 @@ def test_the_password_form_shows_beside_the_button_by_default(sso, page, alice, 
 
 
 def test_auth_password_login_0_hides_the_form_and_refuses_passwords(sso, page, alice, django_user_model, providers):
-    _, sso_only = sso
+    sso_only = sso[1]
     page.goto(sso_only.url + "/accounts/login/")
     expect(page.get_by_role("link", name="Sign in with Test IdP")).to_be_visible()
     expect(page.get_by_label("Password")).to_have_count(0)
@@ -162,3 +166,15 @@ def test_auth_password_login_0_hides_the_form_and_refuses_passwords(sso, page, a
     # The button still works.
     through_the_provider(page, sso_only, "gina.k", "gina-idp-pw")
     open_chat(page, sso_only.url + "/")
+
+
+def test_with_oidc_create_users_0_only_accounts_made_beforehand_get_in(sso, page, django_user_model, providers):
+    known_only = sso[2]
+    through_the_provider(page, known_only, "gina.k", "gina-idp-pw")
+    expect(page).to_have_url(re.compile(r"/accounts/login/\?sso=failed$"))
+    assert not django_user_model.objects.filter(username="gina.k").exists()
+    django_user_model.objects.create_user("gina.k")  # staff made her account (no password)
+    page.goto(known_only.url + "/accounts/login/")
+    page.get_by_role("link", name="Sign in with Test IdP").click()  # still signed in at the provider
+    open_chat(page, known_only.url + "/")
+    assert django_user_model.objects.get(username="gina.k").email == "gina@corp.example"  # kept up to date
