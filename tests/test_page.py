@@ -1054,3 +1054,22 @@ def test_an_error_shows_one_sentence_and_folds_the_rest(new_page, alice, provide
     expect(details.locator("pre")).to_be_hidden()
     details.locator("summary").click()
     expect(details.locator("pre")).to_contain_text("<html>x</html>")
+
+
+def test_scrolled_up_during_a_stream_a_button_brings_the_reader_back_down(page):
+    reply = send(page, "[[delay:20]] [[chunks:800]] a long one")
+    messages = page.get_by_test_id("messages")
+    overflowing = "el => el.scrollHeight > el.clientHeight + 400"
+    page.wait_for_function(overflowing, arg=messages.element_handle())
+    button = page.get_by_role("button", name="Scroll to the bottom")
+    expect(button).to_be_hidden()  # following the answer at the bottom
+    messages.evaluate("el => { el.scrollTop = 0; }")
+    expect(button).to_be_visible()
+    length = answer_length(reply)
+    wait_longer_while_streaming(page, reply, length + 100)
+    assert messages.evaluate("el => el.scrollTop") == 0  # the reader's place is kept
+    button.click()
+    expect(button).to_be_hidden()
+    near_bottom = "el => el.scrollHeight - el.scrollTop - el.clientHeight < 80"
+    wait_longer_while_streaming(page, reply, answer_length(reply) + 100)
+    assert messages.evaluate(near_bottom)  # following again

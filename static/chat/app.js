@@ -76,13 +76,26 @@ if ($("demo-banner")) {
 
 // Follow the bottom while the user is there; scrolling up to read stops the following.
 let stuckToBottom = true;
+// Scrolled up with more below: a button brings the reader back down (and following again).
+const toBottom = $("to-bottom");
+function updateToBottom() {
+  const { scrollTop, scrollHeight, clientHeight } = ui.messages;
+  toBottom.hidden = stuckToBottom || scrollHeight - scrollTop - clientHeight < 80;
+}
 ui.messages.addEventListener("scroll", () => {
   const { scrollTop, scrollHeight, clientHeight } = ui.messages;
   stuckToBottom = scrollHeight - scrollTop - clientHeight < 80;
+  updateToBottom();
 });
 function followBottom() {
   if (stuckToBottom) ui.messages.scrollTop = ui.messages.scrollHeight;
+  else updateToBottom();
 }
+toBottom.addEventListener("click", () => {
+  stuckToBottom = true;
+  ui.messages.scrollTop = ui.messages.scrollHeight;
+  toBottom.hidden = true;
+});
 
 function setTitle(title) {
   state.title = title || "New chat";
