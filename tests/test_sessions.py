@@ -104,7 +104,11 @@ async def close_code(ws, timeout: float = 5) -> int | None:
     async with asyncio.timeout(timeout):
         while True:
             message = await ws.receive()
-            if message.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSING, aiohttp.WSMsgType.CLOSED):
+            if message.type == aiohttp.WSMsgType.CLOSE:
+                # The server's code as sent: aiohttp's close_code turns 1006 when its answering
+                # close frame finds the server already gone.
+                return message.data
+            if message.type in (aiohttp.WSMsgType.CLOSING, aiohttp.WSMsgType.CLOSED):
                 return ws.close_code
 
 
