@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 
 import httpx
 import pytest
@@ -38,8 +40,10 @@ class Provider:
         # "localhost", not 127.0.0.1: a host of its own for the browser's cookies.
         self.issuer = f"http://localhost:{port}/o"
         people = [argument for person in PEOPLE for argument in ("--person", person)]
+        self.home = tempfile.mkdtemp(prefix="oidc-provider-")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "tests.oidc_provider", "--fd", str(self.sock.fileno()), "--issuer", self.issuer,
+             "--db", f"{self.home}/db.sqlite3",
              "--client", f"{CLIENT_ID}:{CLIENT_SECRET}:{' '.join(redirects)}", *people],
             cwd=ROOT, pass_fds=[self.sock.fileno()], env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )  # fmt: skip
@@ -50,6 +54,7 @@ class Provider:
         self.process.terminate()
         self.process.wait(10)
         self.sock.close()
+        shutil.rmtree(self.home)
 
 
 @pytest.fixture(scope="module")

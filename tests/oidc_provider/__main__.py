@@ -1,9 +1,9 @@
-"""Set up and serve the test provider: `python -m tests.oidc_provider --fd N --issuer URL --client ID:SECRET:REDIRECT
---person USERNAME:PASSWORD:EMAIL …` (uvicorn on the listening socket N, which the caller bound)."""
+"""Set up and serve the test provider: `python -m tests.oidc_provider --fd N --issuer URL --db FILE
+--client ID:SECRET:REDIRECT --person USERNAME:PASSWORD:EMAIL …` (uvicorn on the listening socket N, which
+the caller bound)."""
 
 import argparse
 import os
-import tempfile
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
@@ -13,6 +13,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--fd", type=int, required=True)
     parser.add_argument("--issuer", required=True)
+    parser.add_argument("--db", required=True, help="its SQLite file (the caller removes it)")
     parser.add_argument("--client", required=True, help="CLIENT_ID:SECRET:REDIRECT_URI")
     parser.add_argument("--person", action="append", default=[], help="USERNAME:PASSWORD:EMAIL")
     options = parser.parse_args()
@@ -22,7 +23,7 @@ def main() -> None:
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     ).decode()
     os.environ["OIDC_PROVIDER_ISSUER"] = options.issuer
-    os.environ["OIDC_PROVIDER_DB"] = os.path.join(tempfile.mkdtemp(prefix="oidc-provider-"), "db.sqlite3")
+    os.environ["OIDC_PROVIDER_DB"] = options.db
     os.environ["DJANGO_SETTINGS_MODULE"] = "tests.oidc_provider.settings"
 
     import django
