@@ -8,7 +8,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ('auth', '0012_alter_user_first_name_max_length'),
-        ('chat', '0008_message_thinking_ms'),
+        ('chat', '0009_provider_health'),
     ]
 
     operations = [

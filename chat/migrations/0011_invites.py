@@ -9,7 +9,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ('auth', '0012_alter_user_first_name_max_length'),
-        ('chat', '0009_model_groups'),
+        ('chat', '0010_model_groups'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
