@@ -15,13 +15,12 @@ from urllib.parse import urlsplit
 
 import aiohttp
 import httpx
-import orjson
 import psycopg
 import pytest
 import redis
 
 from tests.conftest import FAKE_KEY, MODELS
-from tests.live import ROOT, LiveServer
+from tests.live import ROOT, LiveServer, Tab
 from tests.proxy import TcpProxy
 from tests.services import REDIS_URL, postgres_database, redis_prefix
 
@@ -88,66 +87,6 @@ def sign_in(server, username: str = "carol", password: str = "carol-secret-pw") 
         form = {"username": username, "password": password, "csrfmiddlewaretoken": browser.cookies["csrftoken"]}
         assert browser.post("/accounts/login/", data=form).status_code == 302
         return browser.cookies["sessionid"]
-
-
-class Tab:
-    """A browser tab's websocket to one server process."""
-
-    def __init__(self, server, cookie: str) -> None:
-        self.server, self.cookie = server, cookie
-
-    async def __aenter__(self):
-        self.session = aiohttp.ClientSession()
-        self.ws = await self.session.ws_connect(
-            self.server.url.replace("http", "ws") + "/ws/chat/",
-            headers={"Origin": self.server.url, "Cookie": f"sessionid={self.cookie}"},
-        )
-        return self
-
-    async def __aexit__(self, *exc_info):
-        await self.ws.close()
-        await self.session.close()
-
-    async def send(self, **frame):
-        await self.ws.send_str(orjson.dumps(frame).decode())
-
-    async def until(self, frame_type: str, timeout: float = 20) -> list[dict]:
-        frames = []
-        while not frames or frames[-1]["type"] != frame_type:
-            frames.append(await self.frame(timeout))
-            assert frames[-1]["type"] != "error" or frame_type == "error", frames[-1]
-        return frames
-
-    async def frame(self, timeout: float = 20) -> dict:
-        received = await self.ws.receive(timeout=timeout)
-        assert received.type == aiohttp.WSMsgType.TEXT, f"socket closed: {received}\n{self.server.output()[-4000:]}"
-        frame = orjson.loads(received.data)
-        frame["at"] = time.monotonic()
-        return frame
-
-    async def silent_for(self, seconds: float) -> None:
-        """Nothing arrives for that long, and the socket stays open (daphne's pings are answered meanwhile)."""
-        # Not ws.receive(timeout=...): aiohttp restarts that timeout after each ping it answers.
-        with pytest.raises(TimeoutError):
-            async with asyncio.timeout(seconds):
-                received = await self.ws.receive()
-                pytest.fail(f"expected silence, got {received}")
-        assert not self.ws.closed
-
-    async def closed(self, timeout: float = 5) -> int | None:
-        """Drop frames until the server closes the socket; its close code."""
-        while True:
-            message = await self.ws.receive(timeout=timeout)
-            if message.type == aiohttp.WSMsgType.CLOSE:
-                # The server's code as sent: aiohttp's close_code turns 1006 when its answering
-                # close frame finds the server already gone.
-                return message.data
-            if message.type in (aiohttp.WSMsgType.CLOSING, aiohttp.WSMsgType.CLOSED):
-                return self.ws.close_code
-
-    async def still_open(self) -> bool:
-        await self.send(type="attach", conversation=999_999_999)
-        return (await self.until("error"))[-1]["code"] == "not_found"
 
 
 def text(frames, field="content"):
