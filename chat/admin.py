@@ -1,17 +1,34 @@
-"""Staff views: providers (keys write-only), conversations with their messages, usage with totals."""
+"""Staff views: providers (keys write-only, models limited to groups), group chat defaults,
+conversations with their messages, usage with totals."""
 
 from asgiref.sync import async_to_sync
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.auth import get_user_model
-from django.contrib.auth.admin import UserAdmin
+from django.contrib.auth.admin import GroupAdmin, UserAdmin
+from django.contrib.auth.models import Group
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 from django.utils.timesince import timesince
 
-from .models import ApiToken, Attachment, Budget, Conversation, ConversationRead, Message, Price, Provider, Usage
+from .invites import send_invite
+from .models import (
+    ApiToken,
+    Attachment,
+    Budget,
+    Conversation,
+    ConversationRead,
+    GroupDefaults,
+    Invite,
+    Message,
+    ModelAccess,
+    Price,
+    Provider,
+    Usage,
+)
 from .models.attachments import human_size
+from .models.invites import account_exists
 
 
 class ProviderForm(forms.ModelForm):
@@ -37,9 +54,20 @@ class ProviderForm(forms.ModelForm):
         return key or (self.instance.api_key if self.instance.pk else "")
 
 
+class ModelAccessInline(admin.TabularInline):
+    """Who may use this provider's models: a row per limited model, or one with no model for the whole list."""
+
+    model = ModelAccess
+    extra = 0
+    fields = ["model", "groups"]
+    filter_horizontal = ["groups"]
+    verbose_name_plural = "limited to groups (no row: everyone may use every model)"
+
+
 @admin.register(Provider)
 class ProviderAdmin(admin.ModelAdmin):
     form = ProviderForm
+    inlines = [ModelAccessInline]
     list_display = ["name", "base_url", "default_model", "enabled", "has_key", "health", "updated"]
     list_filter = ["enabled"]
     search_fields = ["name", "base_url"]
@@ -366,3 +394,76 @@ if admin.site.is_registered(User) and isinstance(admin.site._registry[User], Use
     @admin.register(User)
     class UserWithBudgetAdmin(user_admin):
         inlines = [*user_admin.inlines, BudgetInline]
+
+
+class GroupDefaultsInline(admin.StackedInline):
+    model = GroupDefaults
+    fields = ["default_model", "system_prompt"]
+    can_delete = True
+
+
+if admin.site.is_registered(Group) and isinstance(admin.site._registry[Group], GroupAdmin):
+    # The group admin gains the chat defaults; the rest of it stays Django's.
+    group_admin = type(admin.site._registry[Group])
+    admin.site.unregister(Group)
+
+    @admin.register(Group)
+    class GroupWithDefaultsAdmin(group_admin):
+        inlines = [*group_admin.inlines, GroupDefaultsInline]
+
+
+# --- invites -------------------------------------------------------------------------
+
+
+class InviteForm(forms.ModelForm):
+    class Meta:
+        model = Invite
+        fields = ["email", "staff", "groups"]
+
+    def clean_email(self) -> str:
+        email = User.objects.normalize_email(self.cleaned_data["email"].strip())
+        if account_exists(email):
+            raise forms.ValidationError(f"{email} already has an account.")
+        return email
+
+
+@admin.register(Invite)
+class InviteAdmin(admin.ModelAdmin):
+    """Invite by e-mail: saving a new one e-mails its link (also shown once here); links cannot be seen again."""
+
+    form = InviteForm
+    list_display = ["email", "staff", "created", "created_by", "expires", "used", "user"]
+    list_filter = [("used", admin.EmptyFieldListFilter), "staff"]
+    search_fields = ["email"]
+    filter_horizontal = ["groups"]
+    actions = ["send_again"]
+
+    def get_readonly_fields(self, request, obj=None):
+        return ["email", "staff", "created", "created_by", "expires", "used", "user"] if obj else []
+
+    def save_model(self, request, obj, form, change):
+        secret = None
+        if not change:
+            secret = obj.new_secret()
+            obj.created_by = request.user
+        super().save_model(request, obj, form, change)
+        if secret is not None:
+            self.send(request, obj, secret)
+
+    def send(self, request, invite: Invite, secret: str) -> None:
+        """E-mail the link; staff see it once too, to pass on if the e-mail does not arrive."""
+        try:
+            send_invite(invite, secret)
+            self.message_user(request, f"Invite e-mailed to {invite.email}. Its link: {Invite.link(secret)}")
+        except OSError as exc:
+            self.message_user(
+                request, f"Could not e-mail {invite.email} ({exc}); send them this link: {Invite.link(secret)}",
+                level="warning",
+            )  # fmt: skip
+
+    @admin.action(description="Send a new link (the old one stops working)", permissions=["add"])
+    def send_again(self, request, queryset):
+        for invite in queryset.filter(used__isnull=True):
+            secret = invite.new_secret()
+            invite.save(update_fields=["digest", "expires"])
+            self.send(request, invite, secret)

@@ -25,6 +25,7 @@ from .models import (
     Message,
     Provider,
     Usage,
+    access_for,
     client,
     fit,
     stream_state,
@@ -45,12 +46,22 @@ PASSED_HEADERS = ("x-request-id", "retry-after")
 
 # The streams this process is relaying, for ending them at shutdown.
 _relays: weakref.WeakSet[Relay] = weakref.WeakSet()
+# Whose each of them is, for ending a deactivated user's streams.
+_relay_users: weakref.WeakKeyDictionary[Relay, int] = weakref.WeakKeyDictionary()
 
 
 def interrupt_streams(reason: str) -> None:
     """End every running `/v1` stream: each client gets an error event and [DONE], each is metered."""
     for relay in list(_relays):
         relay.interrupt(reason)
+
+
+def interrupt_user_streams(user_id: int, reason: str) -> int:
+    """End one user's running `/v1` streams in this process, as at shutdown; how many there were."""
+    ending = [relay for relay, owner in list(_relay_users.items()) if owner == user_id]
+    for relay in ending:
+        relay.interrupt(reason)
+    return len(ending)
 
 
 def openai_error(status: int, message: str, type: str, code: str | None = None) -> HttpResponse:
@@ -127,8 +138,10 @@ async def chat_completions(request):
     except RequestError as exc:
         return HttpResponse(exc.body(), status=exc.status, content_type="application/json")
     try:
-        entry = await Provider.objects.aresolve(body["model"])
+        entry = await Provider.objects.aresolve(body["model"], await access_for(token.user))
     except ChatError as exc:
+        if exc.code == "model_not_allowed":  # i14's own refusal of a model, in its shape
+            return openai_error(403, exc.detail, "permission_error", "model_not_allowed")
         return openai_error(404, exc.detail, "invalid_request_error", "model_not_found")
     if has_images(body["messages"]) and not entry.provider.accepts_images(entry.model):
         return openai_error(
@@ -191,6 +204,7 @@ async def stream_completion(meter: Meter, payload: dict, wants_usage: bool, flow
     meter.state.request_id = stream.request_id or ""
     relay = Relay(stream, meter.state, forward_usage=wants_usage, heartbeat=settings.API_HEARTBEAT_SECONDS)
     _relays.add(relay)
+    _relay_users[relay] = meter.token.user_id
 
     async def body():
         try:
@@ -433,12 +447,13 @@ class Meter:
 
 
 async def models(request):
-    """The enabled providers' models in OpenAI's list shape; `provider/model` where an id is listed twice."""
+    """The models this person may use, in OpenAI's list shape; `provider/model` where an id is listed twice."""
     if request.method != "GET":
         return openai_error(405, "Use GET.", "invalid_request_error", "method_not_allowed")
-    if await authenticate(request) is None:
+    token = await authenticate(request)
+    if token is None:
         return unauthorized()
-    catalog = await Provider.objects.acatalog()
+    catalog = await Provider.objects.acatalog(await access_for(token.user))
     seen: dict[str, int] = {}
     for entry in catalog:
         seen[entry.model] = seen.get(entry.model, 0) + 1

@@ -129,6 +129,7 @@ class Job:
     payload: dict[str, Any]
     prompt_chars: int
     max_connections: int = 1  # the provider's connections per process (chat/limits.py)
+    user_id: int | None = None  # the conversation's owner, so a deactivation can stop their streams
 
     @classmethod
     def for_turn(cls, turn: Turn, provider: Provider, model: str, params: dict) -> Job:
@@ -147,6 +148,7 @@ class Job:
             payload=payload,
             prompt_chars=prompt_chars(turn.history),
             max_connections=limits.provider_limit(provider),
+            user_id=conversation.owner_id,
         )
 
 
@@ -491,6 +493,14 @@ def _describe(exc: upstream.UpstreamError) -> str:
 
 
 # --- shutdown -----------------------------------------------------------------
+
+
+def stop_user(user_id: int) -> int:
+    """Stop this process's generations of one user (deactivated); how many there were."""
+    stopping = [generation for generation in _running.values() if generation.job.user_id == user_id]
+    for generation in stopping:
+        generation.stop()
+    return len(stopping)
 
 
 def running() -> list[asyncio.Task]:

@@ -20,11 +20,12 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
 
-from .generation import Generation, running_generation, send_done, track
+from .generation import Generation, running_generation, send_done, stop_user, track
 from .models import Message, Usage, Worker
 
 log = logging.getLogger(__name__)
@@ -124,6 +125,9 @@ async def _listen_forever(channel: str) -> None:
         if failures:
             log.warning("control listener: receiving again after %d failure(s)", failures)
             failures = 0
+        if request.get("type") == USER_ENDED:
+            end_local_streams(request["user"])
+            continue
         generation = running_generation(request.get("message"))
         if generation is None:
             continue  # it ended; its `done` reaches the sockets through the conversation group
@@ -212,3 +216,46 @@ async def _sweep_forever(process: Process) -> None:
         if failures:
             log.warning("orphan sweep works again after %d failure(s)", failures)
             failures = 0
+
+
+# --- a deactivated user's streams -------------------------------------------------
+
+USER_ENDED = "user.ended"
+DEACTIVATED = "the account was deactivated"
+
+
+def end_user_streams(user_id: int) -> None:
+    """Ask every serving process to stop this user's running streams, chat and `/v1` alike (sync code).
+
+    With REDIS_URL every process with a current lease is told through its control channel.
+    Without it there is one serving process, reachable only from inside it: from the admin
+    it is told, from a management command (another process) it cannot be, and then the
+    user's sockets are closed at their next frame and their streams run to their end.
+    """
+    if settings.REDIS_URL:
+        channels = list(Worker.objects.alive(lease()).values_list("channel", flat=True))
+    else:
+        channels = None  # this process's own, if it serves (looked up on its loop)
+
+    async def tell() -> None:
+        targets = channels
+        if targets is None:
+            here = _process is not None and _process.loop is asyncio.get_running_loop()
+            targets = [_process.channel] if here else []
+        layer = get_channel_layer()
+        for channel in targets:
+            await layer.send(channel, {"type": USER_ENDED, "user": user_id})
+
+    try:
+        async_to_sync(tell)()
+    except Exception as exc:  # the deactivation itself stands; their streams run to their end
+        log.warning("could not ask the processes to stop user %s's streams: %r", user_id, exc)
+
+
+def end_local_streams(user_id: int) -> None:
+    """Stop this process's streams of one user: chat generations and `/v1` relays."""
+    from . import api  # api imports this module
+
+    stopped = stop_user(user_id) + api.interrupt_user_streams(user_id, DEACTIVATED)
+    if stopped:
+        log.info("stopped %d stream(s) of deactivated user %s", stopped, user_id)

@@ -167,7 +167,11 @@ class Tab:
         """Drop frames until the server closes the socket; its close code."""
         while True:
             message = await self.ws.receive(timeout=timeout)
-            if message.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSING, aiohttp.WSMsgType.CLOSED):
+            if message.type == aiohttp.WSMsgType.CLOSE:
+                # The server's code as sent: aiohttp's close_code turns 1006 when its answering
+                # close frame finds the server already gone.
+                return message.data
+            if message.type in (aiohttp.WSMsgType.CLOSING, aiohttp.WSMsgType.CLOSED):
                 return self.ws.close_code
 
     async def still_open(self) -> bool:

@@ -17,6 +17,10 @@ def staff_client(client, django_user_model):
     return client
 
 
+# The provider page's inline of model access limits (none posted).
+NO_LIMITS = {"access_rules-TOTAL_FORMS": "0", "access_rules-INITIAL_FORMS": "0"}
+
+
 @pytest.fixture
 def provider():
     return Provider.objects.create(name="i14", base_url="https://api.i14.ai/v1", api_key="sk-very-secret-key-42")
@@ -30,7 +34,8 @@ def test_provider_key_is_never_rendered(staff_client, provider):
 
 
 def test_saving_a_provider_with_an_empty_key_keeps_the_key(staff_client, provider):
-    data = {"name": "i14", "base_url": "https://api.i14.ai/v1", "api_key": "", "default_model": "m", "model_list": ""}
+    data = {"name": "i14", "base_url": "https://api.i14.ai/v1", "api_key": "", "default_model": "m", "model_list": "",
+            **NO_LIMITS}  # fmt: skip
     response = staff_client.post(f"/admin/chat/provider/{provider.pk}/change/", {**data, "enabled": "on"})
     assert response.status_code == 302
     provider.refresh_from_db()
@@ -138,7 +143,8 @@ def test_usage_list_filters_and_totals(staff_client, history):
 
 
 def test_provider_connection_limit_is_an_admin_field(staff_client, provider):
-    data = {"name": "i14", "base_url": "https://api.i14.ai/v1", "api_key": "", "model_list": "", "enabled": "on"}
+    data = {"name": "i14", "base_url": "https://api.i14.ai/v1", "api_key": "", "model_list": "", "enabled": "on",
+            **NO_LIMITS}  # fmt: skip
     page = staff_client.get(f"/admin/chat/provider/{provider.pk}/change/").content.decode()
     assert 'name="max_connections"' in page and "UPSTREAM_PROVIDER_MAX_CONNECTIONS" in page
     staff_client.post(f"/admin/chat/provider/{provider.pk}/change/", {**data, "max_connections": "2"})
@@ -184,7 +190,7 @@ def test_revoking_tokens_needs_the_change_permission(client, django_user_model):
 
 def provider_form(**changes):
     data = {"name": "i14", "base_url": "https://api.i14.ai/v1", "api_key": "", "default_model": "", "model_list": ""}
-    return {**data, "enabled": "on", **changes}
+    return {**data, "enabled": "on", **NO_LIMITS, **changes}
 
 
 @pytest.mark.parametrize(
@@ -289,3 +295,15 @@ def test_conversation_filters_and_no_add_button(staff_client, history, django_us
     assert titles(failed="no") == ["Calm one", "Ocean poems"]
     assert staff_client.get("/admin/chat/conversation/add/").status_code == 403
     assert b"Add conversation" not in staff_client.get("/admin/chat/conversation/").content
+
+
+def test_a_provider_page_limits_its_models_to_groups(staff_client, provider):
+    from django.contrib.auth.models import Group
+
+    research = Group.objects.create(name="research")
+    form = provider_form(
+        **{"access_rules-TOTAL_FORMS": "1", "access_rules-0-model": "", "access_rules-0-groups": [research.pk]}
+    )
+    assert staff_client.post(f"/admin/chat/provider/{provider.pk}/change/", form).status_code == 302
+    (rule,) = provider.access_rules.all()
+    assert rule.model == "" and list(rule.groups.all()) == [research]

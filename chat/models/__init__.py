@@ -1,8 +1,10 @@
 """The chat app's models, one module per concern, re-exported here where Django and the code expect them.
 
 - providers: the upstreams and their models
+- access: which groups may use which models, and each group's defaults
 - conversations: conversations, messages and the start of a turn
 - tokens: personal API tokens
+- invites: single-use links to join
 - usage: one row per stream, metered
 - rollups: the usage rows' daily sums, kept by triggers (chat/rollup.py), for the dashboard
 - workers: one lease per serving process
@@ -12,9 +14,11 @@
 """
 
 from ..budgets import Budget, Limit, Price, Spent, budget_for, month_start, price_unpriced, priced, spent
+from .access import Access, GroupDefaults, ModelAccess, access_for
 from .attachments import Attachment, AttachmentQuerySet
 from .base import ChatError, Status, fit
 from .conversations import Conversation, ConversationQuerySet, Message, MessageQuerySet, Turn, begin_turn
+from .invites import Invite, InviteQuerySet
 from .providers import (
     DEMO_MODEL,
     DEMO_PROVIDER,
@@ -37,6 +41,7 @@ __all__ = [
     "DEMO_PROVIDER",
     "INTERRUPTED_ERROR",
     "TOKEN_PREFIX",
+    "Access",
     "ApiToken",
     "ApiTokenQuerySet",
     "Attachment",
@@ -48,9 +53,13 @@ __all__ = [
     "ConversationQuerySet",
     "ConversationRead",
     "ConversationReadQuerySet",
+    "GroupDefaults",
+    "Invite",
+    "InviteQuerySet",
     "Limit",
     "Message",
     "MessageQuerySet",
+    "ModelAccess",
     "PersonDay",
     "PersonMonth",
     "Price",
@@ -64,6 +73,7 @@ __all__ = [
     "UsageQuerySet",
     "Worker",
     "WorkerQuerySet",
+    "access_for",
     "begin_turn",
     "budget_for",
     "client",
