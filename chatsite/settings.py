@@ -81,17 +81,20 @@ INSTALLED_APPS = [
     "chat",
 ]
 
+# Django's own, each subclassed in chatsite/middleware.py to run on the event loop (no thread
+# hand-off per hook), and WhiteNoise made async-capable there: a request never changes threads
+# in the chain.
 MIDDLEWARE = [
-    "django.middleware.security.SecurityMiddleware",
+    "chatsite.middleware.SecurityMiddleware",
     "chatsite.middleware.ContentSecurityPolicyMiddleware",
     "chatsite.middleware.NoStoreMiddleware",
-    "whitenoise.middleware.WhiteNoiseMiddleware",
-    "django.contrib.sessions.middleware.SessionMiddleware",
-    "django.middleware.common.CommonMiddleware",
-    "django.middleware.csrf.CsrfViewMiddleware",
-    "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "django.contrib.messages.middleware.MessageMiddleware",
-    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "chatsite.middleware.StaticFilesMiddleware",
+    "chatsite.middleware.SessionMiddleware",
+    "chatsite.middleware.CommonMiddleware",
+    "chatsite.middleware.CsrfViewMiddleware",
+    "chatsite.middleware.AuthenticationMiddleware",
+    "chatsite.middleware.MessageMiddleware",
+    "chatsite.middleware.XFrameOptionsMiddleware",
     # Near the end, so it sees a view's exception early: a busy database answers 503, not 500.
     "chat.busy.DatabaseBusyMiddleware",
     # Last, as django-axes asks: turns a locked-out sign-in into the lockout page.
