@@ -127,6 +127,8 @@ class Job:
     payload: dict[str, Any]
     prompt_chars: int
     max_connections: int = 1  # the provider's connections per process (chat/limits.py)
+    # The usage row's price key, so the final save need not read back the row it wrote.
+    usage_key: dict[str, Any] | None = None
 
     @classmethod
     def for_turn(cls, turn: Turn, provider: Provider, model: str, params: dict) -> Job:
@@ -145,6 +147,7 @@ class Job:
             payload=payload,
             prompt_chars=sum(len(m["content"]) for m in turn.history),
             max_connections=limits.provider_limit(provider),
+            usage_key={"provider_id": turn.usage.provider_id, "model": turn.usage.model, "started": turn.usage.started},
         )
 
 
@@ -454,7 +457,8 @@ class Generation:
                 updated=now,
             )
             # The done frame shows the cost computed from the price table too.
-            usage["cost"] = budgets.settle(job.usage_id, Usage.ending(state, status, error, usage))["cost"]
+            ending = Usage.ending(state, status, error, usage)
+            usage["cost"] = budgets.settle(job.usage_id, ending, job.usage_key)["cost"]
             Conversation.objects.filter(pk=job.conversation_id).update(updated=now)
 
 
