@@ -111,6 +111,9 @@ class Stack:
             "API_TOKEN_RATE_LIMIT_PER_MINUTE": "0",
             "WS_CONNECTS_PER_SECOND": "0",
             "WS_MAX_CONNECTING": "0",
+            # ...and a socket may send as fast as the one-token rate asks (a tab sends a few frames a second)
+            "CHAT_FRAME_RATE": "100000",
+            "CHAT_FRAME_BURST": "100000",
         }
         self.fake = self.spawn(
             [sys.executable, "-m", "uvicorn", "chat.fakeupstream:app", "--port", str(fake_port), "--log-level",
