@@ -381,8 +381,10 @@ def cpu_per_chunk(result: dict, start_ms: float | None, chunks: int) -> None:
     if result["cpu_s"] is None or start_ms is None:
         result["cpu_us_per_chunk"] = None
         return
+    # Every stream cost a start (a refused one too); only the ones that ran streamed chunks.
     streaming = result["cpu_s"] - result["streams"] * start_ms / 1000
-    result["cpu_us_per_chunk"] = max(0.0, streaming) / (result["streams"] * chunks) * 1e6
+    delivered = (result["streams"] - result["failed"]) * chunks - result["lost_chunks"]
+    result["cpu_us_per_chunk"] = max(0.0, streaming) / delivered * 1e6 if delivered > 0 else None
 
 
 def machine() -> str:
