@@ -4,8 +4,11 @@ from django import forms
 from django.contrib import admin
 from django.contrib.auth import get_user_model
 from django.contrib.auth.admin import UserAdmin
+from django.utils.html import format_html_join
+from django.utils.safestring import mark_safe
 
-from .models import ApiToken, Budget, Conversation, Message, Price, Provider, Usage
+from .models import ApiToken, Attachment, Budget, Conversation, Message, Price, Provider, Usage
+from .models.attachments import human_size
 
 
 class ProviderForm(forms.ModelForm):
@@ -20,7 +23,9 @@ class ProviderForm(forms.ModelForm):
 
     class Meta:
         model = Provider
-        fields = ["name", "base_url", "api_key", "default_model", "model_list", "max_connections", "enabled"]
+        fields = [
+            "name", "base_url", "api_key", "default_model", "model_list", "image_models", "max_connections", "enabled",
+        ]  # fmt: skip
 
     def clean_api_key(self):
         key = self.cleaned_data["api_key"]
@@ -41,15 +46,51 @@ class ProviderAdmin(admin.ModelAdmin):
         return bool(provider.api_key)
 
 
+def attachment_links(attachments) -> str:
+    """Each attachment as a download link with its size and kind (the bytes are never shown inline)."""
+    return format_html_join(
+        mark_safe("<br>"),
+        '<a href="{}">{}</a> ({}, {}, ≈{} tokens)',
+        ((a.as_json()["url"], a.name, human_size(a.size), a.kind, a.tokens) for a in attachments),
+    )
+
+
 class MessageInline(admin.StackedInline):
     model = Message
     extra = 0
     can_delete = False
-    fields = ["role", "status", "finish_reason", "model", "content", "reasoning", "error", "created"]
+    fields = ["role", "status", "finish_reason", "model", "content", "attached", "reasoning", "error", "created"]
     readonly_fields = fields
 
     def has_add_permission(self, request, obj=None):
         return False
+
+    @admin.display(description="attachments")
+    def attached(self, message):
+        return attachment_links(message.attachments.all()) or "-"
+
+
+@admin.register(Attachment)
+class AttachmentAdmin(admin.ModelAdmin):
+    """Read-only: what a person attached, the text the model was sent, and a link to download the file."""
+
+    list_display = ["name", "owner", "kind", "size", "tokens", "message", "created"]
+    list_filter = ["kind", "created"]
+    search_fields = ["name", "owner__username"]
+    list_select_related = ["owner"]
+    fields = ["download", "owner", "message", "kind", "content_type", "size", "stored_bytes", "tokens", "width",
+              "height", "created", "text"]  # fmt: skip
+    readonly_fields = fields
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    @admin.display(description="file")
+    def download(self, attachment):
+        return attachment_links([attachment])
 
 
 @admin.register(Conversation)

@@ -30,6 +30,7 @@ from .models import (
     stream_state,
     timeouts,
 )
+from .params import has_images
 from .relay import Relay, RequestError, error_body, message_text, parse_request, prompt_chars, upstream_body
 
 log = logging.getLogger(__name__)
@@ -124,13 +125,21 @@ async def chat_completions(request):
     if token is None:
         return unauthorized()
     try:
-        body = parse_request(request.body, max_tokens=settings.MAX_TOKENS_LIMIT, max_n=settings.API_MAX_N)
+        body = parse_request(
+            request.body, max_tokens=settings.MAX_TOKENS_LIMIT, max_n=settings.API_MAX_N,
+            max_image_bytes=settings.ATTACHMENT_MAX_FILE_BYTES,
+        )  # fmt: skip
     except RequestError as exc:
         return HttpResponse(exc.body(), status=exc.status, content_type="application/json")
     try:
         entry = await Provider.objects.aresolve(body["model"])
     except ChatError as exc:
         return openai_error(404, exc.detail, "invalid_request_error", "model_not_found")
+    if has_images(body["messages"]) and not entry.provider.accepts_images(entry.model):
+        return openai_error(
+            400, f"{entry.model} does not accept images (image_url parts) on this server.",
+            "invalid_request_error", "images_not_supported",
+        )  # fmt: skip
     payload, wants_usage = upstream_body(body, entry.model, settings.UPSTREAM_MAX_TOKENS)
     meter = Meter(token, entry, body)
     try:

@@ -16,6 +16,7 @@ from . import busy, generation, params, process, sessions
 from .generation import Job, conversation_group, frame, snapshot_frames
 from .limits import FRAME_LIMIT_CLOSE_CODE, FrameLimiter
 from .models import ChatError, Conversation, Message, Provider, begin_turn
+from .models.attachments import MAX_PER_MESSAGE as MAX_ATTACHMENTS
 
 # Frames that start a stream re-check the session first (cached for CHAT_SESSION_CHECK_SECONDS).
 SESSION_CHECKED_FRAMES = frozenset({"send", "regenerate", "edit"})
@@ -68,13 +69,26 @@ def parse_system_prompt(value: Any) -> str | None:
         raise ChatError("bad_field", exc.message) from None
 
 
-def parse_content(value: Any) -> str:
+def parse_content(value: Any, *, blank: bool = False) -> str:
+    """The message's text; `blank` allows an empty one (a message of attachments alone)."""
     if not isinstance(value, str):
         raise ChatError("bad_field", "`content` must be a string.")
-    if not value.strip():
+    if not value.strip() and not blank:
         raise ChatError("empty_content", "The message is empty.")
     if len(value.encode()) > settings.CHAT_MAX_CONTENT_BYTES:
         raise ChatError("too_long", f"The message is longer than {settings.CHAT_MAX_CONTENT_BYTES} bytes.")
+    return value
+
+
+def parse_attachments(value: Any) -> list[int]:
+    """The ids of uploads (POST /api/attachments) to send with the message."""
+    if value is None:
+        return []
+    if not isinstance(value, list) or len(value) > MAX_ATTACHMENTS or len(set(map(str, value))) != len(value):
+        raise ChatError("bad_field", f"`attachments` must be a list of at most {MAX_ATTACHMENTS} different ids.")
+    for item in value:
+        if not params.is_int(item) or item < 1:
+            raise ChatError("bad_field", "`attachments` must hold positive integer ids.")
     return value
 
 
@@ -217,11 +231,13 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
     # --- client frames --------------------------------------------------------
 
     async def on_send(self, fields: dict) -> None:
+        attachments = parse_attachments(fields.get("attachments"))
         await self.start_turn(
             fields,
             conversation_id=parse_id(fields, "conversation", optional=True),
-            content=parse_content(fields.get("content")),
+            content=parse_content(fields.get("content"), blank=bool(attachments)),
             system_prompt=parse_system_prompt(fields.get("system_prompt")),
+            attachments=attachments,
         )
 
     async def on_regenerate(self, fields: dict) -> None:

@@ -25,6 +25,7 @@ from django.utils import timezone
 
 from . import budgets, limits, upstream
 from .models import Conversation, Message, Provider, Turn, Usage, client, fit, stream_state, timeouts
+from .relay import prompt_chars
 
 log = logging.getLogger(__name__)
 
@@ -100,11 +101,12 @@ def snapshot_frames(conversation: int, message: int, content: str, reasoning: st
 
 
 async def send_done(conversation: int, message: int, status: str, finish_reason: str | None,
-                    usage: dict | None, error: str) -> None:  # fmt: skip
+                    usage: dict | None, error: str, *, thinking_ms: int | None = None,
+                    tool_calls: list | None = None) -> None:  # fmt: skip
     """The `done` frame to every socket watching the conversation."""
     text = frame(
         type="done", message=message, conversation=conversation, status=status, finish_reason=finish_reason,
-        usage=usage, error=error or None,
+        usage=usage, error=error or None, thinking_ms=thinking_ms, tool_calls=tool_calls or None,
     )  # fmt: skip
     await get_channel_layer().group_send(
         conversation_group(conversation), {"type": "chat.done", "message": message, "text": text}
@@ -145,7 +147,7 @@ class Job:
             api_key=provider.api_key,
             model=model,
             payload=payload,
-            prompt_chars=sum(len(m["content"]) for m in turn.history),
+            prompt_chars=prompt_chars(turn.history),
             max_connections=limits.provider_limit(provider),
             usage_key={"provider_id": turn.usage.provider_id, "model": turn.usage.model, "started": turn.usage.started},
         )
@@ -187,6 +189,7 @@ class Generation:
         loop = asyncio.get_running_loop()
         self.state = stream_state(loop.time(), job.api_key)
         self.seq = 0
+        self.thinking_ms: int | None = None  # set when the stream ends
         self._pending_content: list[str] = []
         self._pending_reasoning: list[str] = []
         self._dirty = asyncio.Event()
@@ -382,13 +385,17 @@ class Generation:
         """Store the text and the usage whatever the ending, then tell the sockets."""
         job, state = self.job, self.state
         usage = state.metering(job.prompt_chars, asyncio.get_running_loop().time())
+        self.thinking_ms = state.thinking_ms(asyncio.get_running_loop().time())
         async with self._lock:
             await self._flush()
         if not await self._store_final(status, error, usage):
             # The answer is not stored: the socket must not be told it is.
             status, error = Message.Status.INTERRUPTED, UNSAVED_ERROR
         frame_usage = {**usage, "cost": float(usage["cost"]) if usage["cost"] is not None else None}
-        await send_done(job.conversation_id, job.message_id, status, state.finish_reason, frame_usage, error)
+        await send_done(
+            job.conversation_id, job.message_id, status, state.finish_reason, frame_usage, error,
+            thinking_ms=self.thinking_ms, tool_calls=state.tool_call_list,
+        )  # fmt: skip
 
     async def _store_final(self, status: str, error: str, usage: dict[str, Any]) -> bool:
         """The final save, retried with backoff for CHAT_FINAL_SAVE_SECONDS; False if it never landed."""
@@ -451,6 +458,7 @@ class Generation:
                 content=state.text,
                 reasoning=state.reasoning_text,
                 tool_calls=state.tool_call_list or None,
+                thinking_ms=self.thinking_ms,
                 status=status,
                 finish_reason=fit(Message, "finish_reason", state.finish_reason),
                 error=error,

@@ -21,6 +21,23 @@ from channels.exceptions import ChannelFull
 from channels.layers import InMemoryChannelLayer
 
 CLEAN_EVERY = 1.0
+POP_BATCH = 500
+
+# channels-redis's group_send script: add the message to each key still under its capacity.
+_GROUP_SEND = """
+local over_capacity = 0
+local current_time = ARGV[#ARGV - 1]
+local expiry = ARGV[#ARGV]
+for i = 1, #KEYS do
+    if redis.call('ZCOUNT', KEYS[i], '-inf', '+inf') < tonumber(ARGV[i + #KEYS]) then
+        redis.call('ZADD', KEYS[i], current_time, ARGV[i])
+        redis.call('EXPIRE', KEYS[i], expiry)
+    else
+        over_capacity = over_capacity + 1
+    end
+end
+return over_capacity
+"""
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +90,14 @@ class RedisChannelLayer(channels_redis.core.RedisChannelLayer):
     only waits on an in-process queue, which a cancel cannot lose. A Redis error stops
     nobody: the reader logs it and retries with backoff, and sockets simply wait.
 
+    A message for a socket of this very process (the common case: the generation and
+    the tab that started it share a process) is put in its inbox directly, with no
+    round trip through Redis; only other processes' sockets are reached through it.
+    The reader takes everything waiting in one round trip after each blocking pop, so
+    a burst of deltas from 50 streams on another process does not queue up behind one
+    pop per message (channels-redis's receive costs four round trips a message, and the
+    process's one Redis key dropped messages past its capacity when the reader lagged).
+
     group_expiry is short so a crashed process's memberships vanish within minutes;
     the keeper re-adds this process's live memberships well before they expire.
     """
@@ -95,6 +120,45 @@ class RedisChannelLayer(channels_redis.core.RedisChannelLayer):
         finally:
             inbox.waiters -= 1
             inbox.touched = time.monotonic()
+
+    async def send(self, channel: str, message: dict) -> None:
+        if self._is_local(channel):
+            self._inbox(channel).queue.put_nowait(dict(message))
+            return
+        await super().send(channel, message)
+
+    async def group_send(self, group: str, message: dict) -> None:
+        assert self.require_valid_group_name(group), "Group name not valid"
+        key = self._group_key(group)
+        async with self.connection(self.consistent_hash(group)).pipeline(transaction=False) as pipe:
+            pipe.zremrangebyscore(key, min=0, max=int(time.time()) - self.group_expiry)
+            pipe.zrange(key, 0, -1)
+            _, members = await pipe.execute()
+        remote = []
+        for member in members:
+            channel = member.decode()
+            if self._is_local(channel):
+                self._inbox(channel).queue.put_nowait(dict(message))
+            else:
+                remote.append(channel)
+        if remote:
+            await self._send_to_channels(group, remote, message)
+
+    async def _send_to_channels(self, group: str, channels: list[str], message: dict) -> None:
+        """channels-redis's group_send after its member lookup: one capped ZADD per Redis key."""
+        keys_by_connection, message_by_key, capacity_by_key = self._map_channel_keys_to_connection(channels, message)
+        for index, keys in keys_by_connection.items():
+            args = [message_by_key[key] for key in keys] + [capacity_by_key[key] for key in keys]
+            over = await self.connection(index).eval(_GROUP_SEND, len(keys), *keys, *args, time.time(), self.expiry)
+            if over:
+                log.warning("channel layer: %d of %d sockets over capacity in group %s", over, len(channels), group)
+
+    def _is_local(self, channel: str) -> bool:
+        return channel.startswith(self._local)
+
+    @property
+    def _local(self) -> str:
+        return f"specific.{self.client_prefix}!"
 
     async def new_channel(self, prefix: str = "specific") -> str:
         name = await super().new_channel(prefix)
@@ -128,11 +192,12 @@ class RedisChannelLayer(channels_redis.core.RedisChannelLayer):
 
     async def _read_forever(self) -> None:
         """Every message for this process's channels, into their inboxes; survives Redis errors."""
-        local = f"specific.{self.client_prefix}!"
         failures = 0
         while True:
             try:
-                target, message = await self.receive_single(local)
+                if failures:  # reachable again? say so now, not after a blocking pop's 5 s
+                    await self.connection(self.consistent_hash(self._local)).ping()
+                batch = await self._pop_waiting() if not failures else []
             except Exception as exc:
                 failures += 1
                 if failures == 1:
@@ -142,8 +207,25 @@ class RedisChannelLayer(channels_redis.core.RedisChannelLayer):
             if failures:
                 log.warning("channel layer: reading from Redis again after %d failed attempt(s)", failures)
                 failures = 0
-            for name in target if isinstance(target, list) else [target]:
-                self._inbox(name).queue.put_nowait(message)
+            for content in batch:
+                message = self.deserialize(content)
+                target = message.pop("__asgi_channel__")
+                for name in target if isinstance(target, list) else [target]:
+                    self._inbox(name).queue.put_nowait(message)
+
+    async def _pop_waiting(self) -> list[bytes]:
+        """The messages waiting for this process, oldest first: one blocking pop, then the rest at once.
+
+        No backup queue as in channels-redis's receive: this reader is never cancelled,
+        and what a dying process had popped was for its own sockets, which die with it.
+        """
+        key = self.prefix + self._local
+        connection = self.connection(self.consistent_hash(self._local))
+        first = await connection.bzpopmin(key, timeout=self.brpop_timeout)
+        if first is None:
+            return []
+        rest = await connection.zpopmin(key, POP_BATCH)
+        return [first[1], *(member for member, _ in rest)]
 
     async def _keep_forever(self) -> None:
         """Drop inboxes nobody reads any more; renew the group memberships of the live ones."""

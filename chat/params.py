@@ -7,6 +7,7 @@ these rules, so a value refused on one path is refused on all of them.
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 MAX_SYSTEM_PROMPT = 20_000  # characters, on the websocket and the conversation PATCH
@@ -15,6 +16,11 @@ MAX_STOP_LENGTH = 200  # characters per stop string
 MAX_USER_LENGTH = 256
 MAX_TOOLS = 128
 MAX_SEED = 2**63 - 1
+# image_url parts (user messages on /v1): a data URL's decoded bytes, unless the caller says
+# otherwise (ATTACHMENT_MAX_FILE_BYTES), and the length of an https link.
+DEFAULT_MAX_IMAGE_BYTES = 20_000_000
+MAX_IMAGE_LINK = 2048
+IMAGE_DATA_URL = re.compile(r"data:image/(png|jpeg|webp|gif);base64,")
 
 # name -> (lowest, highest); bool is never a number here.
 NUMBER_PARAMS = {
@@ -84,7 +90,9 @@ def check_system_prompt(value: Any) -> str:
 # --- /v1/chat/completions -----------------------------------------------------------
 
 
-def check_request(body: Any, *, max_tokens: int, max_n: int) -> dict[str, Any]:
+def check_request(
+    body: Any, *, max_tokens: int, max_n: int, max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES
+) -> dict[str, Any]:
     """The supported fields of an OpenAI chat completions request, checked; anything else is refused.
 
     The result holds only those fields (a `null` optional field is left out), so
@@ -99,7 +107,7 @@ def check_request(body: Any, *, max_tokens: int, max_n: int) -> dict[str, Any]:
             raise ParamError(name, f"Unrecognized request argument supplied: {name}", "unknown_parameter")
         if value is None and name not in ("model", "messages"):
             continue
-        out[name] = check(value, max_tokens=max_tokens, max_n=max_n, name=name)
+        out[name] = check(value, max_tokens=max_tokens, max_n=max_n, name=name, max_image_bytes=max_image_bytes)
     if not isinstance(out.get("model"), str) or not out["model"]:
         raise ParamError("model", "you must provide a model parameter", "missing_model")
     if "messages" not in out:
@@ -153,22 +161,53 @@ def _stream_options(value: Any, **_: Any) -> dict[str, bool]:
     return dict(value)
 
 
-def _text_content(value: Any, param: str, *, nullable: bool = False) -> str | list | None:
+def _text_content(value: Any, param: str, *, nullable: bool = False, max_image_bytes: int = 0) -> str | list | None:
+    """A message's content: a string or text parts; image_url parts too where max_image_bytes (user messages)."""
     if value is None and nullable:
         return None
     if isinstance(value, str):
         return value
     if isinstance(value, list) and value:
         for k, part in enumerate(value):
-            if (
+            if isinstance(part, dict) and part.get("type") == "image_url" and max_image_bytes:
+                _image_part(part, f"{param}[{k}]", max_image_bytes)
+            elif (
                 not isinstance(part, dict)
                 or set(part) != {"type", "text"}
                 or part.get("type") != "text"
                 or not isinstance(part.get("text"), str)
             ):
-                raise ParamError(f"{param}[{k}]", "Only text content parts are supported: {type: text, text: …}.")
+                allowed = "{type: text, text: …} and, in a user message, {type: image_url, image_url: {url}}"
+                raise ParamError(f"{param}[{k}]", f"Only these content parts are supported: {allowed}.")
         return value
     raise ParamError(param, "`content` must be a string or a non-empty array of text parts.")
+
+
+def _image_part(part: dict, param: str, max_bytes: int) -> None:
+    """{type: image_url, image_url: {url, detail?}}: a base64 data URL of a PNG, JPEG, WebP or GIF, or an https URL."""
+    image = part.get("image_url")
+    url = image.get("url") if isinstance(image, dict) else None
+    if (
+        set(part) != {"type", "image_url"}
+        or not isinstance(image, dict)
+        or set(image) - {"url", "detail"}
+        or image.get("detail", "auto") not in ("auto", "low", "high")
+        or not isinstance(url, str)
+    ):
+        raise ParamError(param, "An image part must be {type: image_url, image_url: {url, detail?: auto|low|high}}.")
+    if url.startswith("https://") and len(url) <= MAX_IMAGE_LINK:
+        return
+    if not IMAGE_DATA_URL.match(url[:40]):
+        raise ParamError(param, "An image's url must be a data:image/(png|jpeg|webp|gif);base64,… URL or an https URL.")
+    if (len(url) - url.index(",") - 1) * 3 // 4 > max_bytes:
+        raise ParamError(param, f"The image is larger than {max_bytes} bytes.", "image_too_large")
+
+
+def has_images(messages: list[dict[str, Any]]) -> bool:
+    """Whether a checked request's messages carry image_url parts."""
+    return any(
+        isinstance(m.get("content"), list) and any(p.get("type") == "image_url" for p in m["content"]) for m in messages
+    )
 
 
 def _tool_call(value: Any, param: str) -> dict[str, Any]:
@@ -187,7 +226,7 @@ def _tool_call(value: Any, param: str) -> dict[str, Any]:
     return {"id": value["id"], "type": "function", "function": dict(function)}
 
 
-def _messages(value: Any, **_: Any) -> list[dict[str, Any]]:
+def _messages(value: Any, *, max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES, **_: Any) -> list[dict[str, Any]]:
     if not isinstance(value, list) or not value:
         raise ParamError("messages", "`messages` must be a non-empty array of message objects.")
     out = []
@@ -203,7 +242,10 @@ def _messages(value: Any, **_: Any) -> list[dict[str, Any]]:
             if key == "role" or (key in ECHOED_MESSAGE_KEYS and role == "assistant"):
                 continue
             if key == "content":
-                clean["content"] = _text_content(item, f"{param}.content", nullable=role == "assistant")
+                clean["content"] = _text_content(
+                    item, f"{param}.content", nullable=role == "assistant",
+                    max_image_bytes=max_image_bytes if role == "user" else 0,
+                )  # fmt: skip
             elif key == "name" and role != "tool":
                 if not isinstance(item, str) or not item or len(item) > 64:
                     raise ParamError(f"{param}.name", "`name` must be a string of 1 to 64 characters.")

@@ -22,7 +22,8 @@ from typing import Any
 
 import orjson
 
-from .params import ParamError, check_request
+from .extract import CHARS_PER_TOKEN, image_tokens
+from .params import DEFAULT_MAX_IMAGE_BYTES, ParamError, check_request
 from .sse import ServerSentEvent
 from .upstream import DONE, StreamState, UpstreamError, UpstreamStream, scrub
 
@@ -30,6 +31,7 @@ OPENING = b": connected\n\n"
 KEEP_ALIVE = b": keep-alive\n\n"
 DONE_EVENT = b"data: [DONE]\n\n"
 _END = object()
+IMAGE_CHARS = image_tokens(2048, 2048) * CHARS_PER_TOKEN
 
 
 class RequestError(Exception):
@@ -49,7 +51,9 @@ def error_body(message: str, type: str, code: str | None = None, param: str | No
     return orjson.dumps({"error": {"message": message, "type": type, "param": param, "code": code}})
 
 
-def parse_request(raw: bytes, *, max_tokens: int = 32768, max_n: int = 1) -> dict[str, Any]:
+def parse_request(
+    raw: bytes, *, max_tokens: int = 32768, max_n: int = 1, max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES
+) -> dict[str, Any]:
     """The client's chat completion request: only the supported fields, each checked (chat/params.py)."""
     try:
         body = orjson.loads(raw)
@@ -58,7 +62,7 @@ def parse_request(raw: bytes, *, max_tokens: int = 32768, max_n: int = 1) -> dic
     if not isinstance(body, dict):
         raise RequestError(400, "The request body must be a JSON object.")
     try:
-        return check_request(body, max_tokens=max_tokens, max_n=max_n)
+        return check_request(body, max_tokens=max_tokens, max_n=max_n, max_image_bytes=max_image_bytes)
     except ParamError as exc:
         raise RequestError(400, exc.message, code=exc.code, param=exc.param or None) from None
 
@@ -89,8 +93,19 @@ def message_text(content: Any) -> str:
 
 
 def prompt_chars(messages: list[dict[str, Any]]) -> int:
-    """The length of the prompt's text, for estimating its tokens when the upstream does not say."""
-    return sum(len(message_text(message.get("content"))) for message in messages)
+    """The length of the prompt's text, for estimating its tokens when the upstream does not say.
+
+    Each image part counts as the characters of its tokens at most (OpenAI's estimate for an
+    image fitted in 2048 px, which is what attachments are).
+    """
+    images = sum(
+        1
+        for message in messages
+        if isinstance(message.get("content"), list)
+        for part in message["content"]
+        if isinstance(part, dict) and part.get("type") == "image_url"
+    )
+    return sum(len(message_text(message.get("content"))) for message in messages) + images * IMAGE_CHARS
 
 
 class Relay:

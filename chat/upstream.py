@@ -580,6 +580,9 @@ class StreamState:
     model: str = ""
     done: bool = False
     first_token_at: float | None = None
+    # When thinking began and the answer began: how long the model thought, shown under its reasoning.
+    first_reasoning_at: float | None = None
+    first_content_at: float | None = None
     ended_at: float | None = None
     # Limits (None: none): bytes of content + reasoning, and unreadable events tolerated.
     max_reply: int | None = None
@@ -648,11 +651,22 @@ class StreamState:
             content, reasoning = self._within_cap(content, reasoning)
         if content:
             self.content.append(content)
+            if self.first_content_at is None:
+                self.first_content_at = now
         if reasoning:
             self.reasoning.append(reasoning)
+            if self.first_reasoning_at is None:
+                self.first_reasoning_at = now
         if (content or reasoning) and self.first_token_at is None:
             self.first_token_at = now
         return content, reasoning
+
+    def thinking_ms(self, now: float) -> int | None:
+        """Milliseconds from the first reasoning to the first answer text (or the end); None without reasoning."""
+        if self.first_reasoning_at is None:
+            return None
+        until = self.first_content_at or self.ended_at or now
+        return max(0, round((until - self.first_reasoning_at) * 1000))
 
     @property
     def full(self) -> bool:

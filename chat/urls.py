@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from . import api, dashboard_views, views
+from . import api, attachment_views, dashboard_views, views
 from .accounts import sign_in_view
 
 urlpatterns = [
@@ -18,8 +18,11 @@ urlpatterns = [
     path("api/models", views.models_list, name="models"),
     path("api/conversations", views.conversations, name="conversations"),
     path("api/budget", views.budget, name="budget"),
+    path("api/attachments", attachment_views.upload, name="attachments"),
+    path("api/attachments/<int:attachment_id>", attachment_views.attachment, name="attachment"),
     path("api/conversations/<int:conversation_id>", views.conversation, name="conversation-detail"),
     path("settings/tokens/", views.tokens, name="tokens"),
+    path("docs/api/", views.api_guide, name="api-guide"),
     path("usage/", dashboard_views.usage, name="usage"),
     path("usage/csv", dashboard_views.usage_csv, name="usage-csv"),
     path("settings/tokens/<int:token_id>/revoke/", views.revoke_token, name="revoke-token"),

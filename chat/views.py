@@ -18,6 +18,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from . import budgets, params
 from .consumers import parse_params, parse_system_prompt
 from .models import ApiToken, ChatError, Conversation, Message, Provider
+from .models.attachments import MAX_PER_MESSAGE as MAX_ATTACHMENTS
 from .process import control_request
 
 MAX_TITLE = 200
@@ -37,6 +38,12 @@ def index(request, conversation_id: int | None = None):
         "demoOnly": bool(providers) and all(p.is_demo for p in providers),
         "noProvider": not providers,
         "csrfToken": get_token(request),
+        "attachments": {
+            "maxFileBytes": settings.ATTACHMENT_MAX_FILE_BYTES,
+            "maxMessageBytes": settings.ATTACHMENT_MAX_MESSAGE_BYTES,
+            "maxMessageTokens": settings.ATTACHMENT_MAX_MESSAGE_TOKENS,
+            "maxPerMessage": MAX_ATTACHMENTS,
+        },
     }
     # The settings form's bounds are the server's (chat/params.py), so the browser flags a value before sending it.
     limits = {"max_tokens": settings.MAX_TOKENS_LIMIT, "system_prompt": params.MAX_SYSTEM_PROMPT}
@@ -84,7 +91,13 @@ async def models_list(request):
     return JsonResponse(
         {
             "models": [
-                {"id": entry.model, "qualified": entry.qualified, "provider": entry.provider.name} for entry in catalog
+                {
+                    "id": entry.model,
+                    "qualified": entry.qualified,
+                    "provider": entry.provider.name,
+                    "images": entry.provider.accepts_images(entry.model),
+                }
+                for entry in catalog
             ],
             "default": default,
             "demo_only": bool(catalog) and all(entry.provider.is_demo for entry in catalog),
@@ -153,7 +166,7 @@ def update(conversation: Conversation, body: dict) -> None:
 
 
 def detail(conversation: Conversation) -> dict:
-    messages = conversation.messages.select_related("usage")
+    messages = conversation.messages.select_related("usage").prefetch_related("attachments")
     streaming = next((m.pk for m in messages if m.status == Message.Status.STREAMING), None)
     return {
         "id": conversation.pk,
@@ -174,37 +187,58 @@ def message_json(message: Message) -> dict:
         "role": message.role,
         "content": message.content,
         "reasoning": message.reasoning,
+        "thinking_ms": message.thinking_ms,
+        "tool_calls": message.tool_calls or None,
         "status": message.status,
         "finish_reason": message.finish_reason or None,
         "error": message.error or None,
         "model": message.model,
         "created": message.created.isoformat(),
         "usage": usage.as_frame() if usage is not None and message.status != Message.Status.STREAMING else None,
+        "attachments": [attachment.as_json() for attachment in message.attachments.all()],
     }
 
 
 # --- personal API tokens -------------------------------------------------------
 
 
+NEW_TOKEN_SESSION_KEY = "chat.new_token"
+
+
 @never_cache
 @login_required
 @require_http_methods(["GET", "POST"])
 def tokens(request):
-    """List the user's API tokens and create one; a new token's secret is shown on this response only."""
-    secret, problem = None, None
+    """List the user's API tokens and create one; a new token's secret is shown once, after a redirect."""
+    problem = None
     if request.method == "POST":
         name = request.POST.get("name", "").strip()
         if not name or len(name) > 100:
             problem = "Give the token a name of at most 100 characters."
         else:
-            _, secret = ApiToken.issue(request.user, name)
+            # POST/redirect/GET: reloading the page shows the list, and creates no second token.
+            _, request.session[NEW_TOKEN_SESSION_KEY] = ApiToken.issue(request.user, name)
+            return redirect("tokens")
     context = {
         "tokens": request.user.api_tokens.all(),
-        "secret": secret,
+        "secret": request.session.pop(NEW_TOKEN_SESSION_KEY, None),
         "problem": problem,
         "base_url": request.build_absolute_uri("/v1"),
     }
     return render(request, "tokens/list.html", context, status=400 if problem else 200)
+
+
+@login_required
+@require_GET
+def api_guide(request):
+    """docs/api.md as a page of the site, drawn by the page's own markdown code."""
+    context = {"guide": _api_guide_text(), "base_url": request.build_absolute_uri("/v1")}
+    return render(request, "tokens/guide.html", context)
+
+
+@functools.cache
+def _api_guide_text() -> str:
+    return (settings.BASE_DIR / "docs" / "api.md").read_text(encoding="utf-8")
 
 
 @login_required

@@ -15,7 +15,8 @@ Start it as daphne (same options): `python -m chatsite.server -b 127.0.0.1 -p 80
 * Request bodies. twisted.web buffers a whole request body (in memory, then in a temp
   file) before daphne hands it over. Bodies over Django's DATA_UPLOAD_MAX_MEMORY_SIZE are
   refused with 413 while they arrive: at the Content-Length header, or as soon as a
-  chunked body's running size passes the limit.
+  chunked body's running size passes the limit. The attachment upload's path alone
+  may send ATTACHMENT_MAX_FILE_BYTES and its multipart framing.
 * SIGTERM. Stop listening, let streams finish for SHUTDOWN_GRACE_SECONDS, then end the
   rest (text and usage saved as `interrupted`, websocket watchers get `done`, `/v1`
   clients an error event and `[DONE]`), close the sockets, and only then stop the loop.
@@ -94,14 +95,23 @@ class Flow:
         self.slow_cut = False
 
 
+# Room for the multipart framing and form fields around an uploaded file.
+UPLOAD_FRAMING = 64 * 1024
+
+
 class LimitedRequest(WebRequest):
     """daphne's request, refusing a body over the limit while it arrives instead of buffering it."""
 
     max_body: int | None = None
+    # Paths allowed a larger body (the attachment upload: a file and its multipart framing).
+    large_bodies: dict[bytes, int] = {}
 
     def gotLength(self, length):
         self._received = 0
         self._refused = False
+        # The request line is parsed by now (the channel keeps it until the body is complete).
+        path = getattr(self.channel, "_path", b"").split(b"?", 1)[0]
+        self.max_body = self.large_bodies.get(path, type(self).max_body)
         if self.max_body is not None and length is not None and length > self.max_body:
             self.content = io.BytesIO()  # stays empty; Twisted still seeks it if the body completes
             self._refuse()
@@ -149,6 +159,7 @@ class ChatServer(Server):
         self.api_slow = settings.API_SLOW_CLIENT_SECONDS
         self.chat_slow = settings.CHAT_SLOW_CLIENT_SECONDS
         LimitedRequest.max_body = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        LimitedRequest.large_bodies = {b"/api/attachments": settings.ATTACHMENT_MAX_FILE_BYTES + UPLOAD_FRAMING}
         self.ports: list = []
         self.bind_failed = False
         # Called by daphne once its factories exist and before the reactor runs.

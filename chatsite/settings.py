@@ -223,6 +223,45 @@ STORAGES = {
     },
 }
 
+# --- Attachments (chat/extract.py, chat/models/attachments.py) -------------------
+# Where their bytes are kept: "database" (the default with SQLite), "files" (a directory under
+# MEDIA_ROOT, the default otherwise) or "s3" (S3-compatible, django-storages; its AWS_* settings below).
+ATTACHMENT_STORAGE = env(
+    "ATTACHMENT_STORAGE", "database" if DATABASES["default"]["ENGINE"].endswith("sqlite3") else "files"
+)
+MEDIA_ROOT = Path(env("MEDIA_ROOT", str(BASE_DIR / "media")))
+if ATTACHMENT_STORAGE == "s3":
+    STORAGES["attachments"] = {
+        "BACKEND": "storages.backends.s3.S3Storage",
+        "OPTIONS": {
+            # Credentials come from boto3's usual places (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, a profile, a role).
+            "bucket_name": env("AWS_STORAGE_BUCKET_NAME"),
+            "endpoint_url": env("AWS_S3_ENDPOINT_URL") or None,
+            "region_name": env("AWS_S3_REGION_NAME") or None,
+            "location": env("AWS_LOCATION", "attachments"),
+            "default_acl": "private",
+            "file_overwrite": False,
+            "querystring_auth": True,
+        },
+    }
+elif ATTACHMENT_STORAGE in ("files", "database"):
+    # Never served by URL: the app reads it and answers as a download (chat/views.py).
+    STORAGES["attachments"] = {
+        "BACKEND": "django.core.files.storage.FileSystemStorage",
+        "OPTIONS": {"location": MEDIA_ROOT / "attachments", "base_url": None},
+    }
+else:
+    raise ImproperlyConfigured("ATTACHMENT_STORAGE must be database, files or s3")
+# Per file and per message (bytes uploaded), the estimated tokens of a message with its documents,
+# each owner's storage (bytes kept), and how long reading one file may take.
+ATTACHMENT_MAX_FILE_BYTES = env_number("ATTACHMENT_MAX_FILE_BYTES", 20_000_000)
+ATTACHMENT_MAX_MESSAGE_BYTES = env_number("ATTACHMENT_MAX_MESSAGE_BYTES", 50_000_000)
+ATTACHMENT_MAX_MESSAGE_TOKENS = env_number("ATTACHMENT_MAX_MESSAGE_TOKENS", 100_000)
+ATTACHMENT_QUOTA_BYTES = env_number("ATTACHMENT_QUOTA_BYTES", 1_000_000_000)
+ATTACHMENT_EXTRACT_SECONDS = env_number("ATTACHMENT_EXTRACT_SECONDS", 20.0, float)
+# Uploads are spooled to a temporary file past this, never held whole in memory.
+FILE_UPLOAD_MAX_MEMORY_SIZE = 2_621_440
+
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 SECURE_CONTENT_TYPE_NOSNIFF = True

@@ -82,3 +82,59 @@ def wait_done(reply: Locator, status: str = "complete", timeout: float = 30_000)
 def screenshot(page: Page, name: str) -> None:
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), animations="disabled")
+
+
+# The page's websocket under the test's control, as a slow or unreachable server would leave it:
+# `window.__sockets.hold()` keeps new sockets connecting, `refuse()` closes each one as it opens
+# (the page backs off and retries), `drop()` closes the open one, `release()` lets them open.
+# The sockets are real ones to the real server; only when the page sees them open is held back.
+SOCKET_CONTROL = """
+(() => {
+  const Real = window.WebSocket;
+  let mode = "%s";
+  const waiting = [];
+  const all = [];
+  class Controlled extends Real {
+    constructor(...args) {
+      super(...args);
+      this.held = mode !== "open";
+      this.refused = mode === "refuse";
+      all.push(this);
+      if (this.held) waiting.push(this);
+      window.__sockets.made += 1;
+    }
+    get readyState() {
+      const state = super.readyState;
+      return state === Real.OPEN && this.held ? Real.CONNECTING : state;
+    }
+    addEventListener(type, listener, options) {
+      if (type !== "open") return super.addEventListener(type, listener, options);
+      return super.addEventListener("open", (event) => {
+        if (this.refused) return this.close();
+        if (!this.held) return listener.call(this, event);
+        this.openLater = () => listener.call(this, event);
+      }, options);
+    }
+  }
+  window.WebSocket = Controlled;
+  window.__sockets = {
+    made: 0,
+    hold() { mode = "hold"; },
+    refuse() { mode = "refuse"; },
+    drop() { for (const socket of all) if (socket.readyState === Real.OPEN) socket.close(); },
+    release() {
+      mode = "open";
+      for (const socket of waiting.splice(0)) {
+        socket.held = false;
+        if (socket.refused) continue;
+        if (socket.openLater) socket.openLater();
+      }
+    },
+  };
+})();
+"""
+
+
+def control_sockets(page: Page, mode: str = "open") -> None:
+    """Put the page's websockets under the test's control (see SOCKET_CONTROL); before page.goto()."""
+    page.add_init_script(SOCKET_CONTROL % mode)

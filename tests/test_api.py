@@ -328,7 +328,7 @@ def test_token_page_creates_lists_and_revokes(server, alice, bob, providers):
     csrf = browser.cookies["csrftoken"]  # rotated at sign-in
     page = browser.post("/settings/tokens/", data={"name": "laptop", "csrfmiddlewaretoken": csrf})
     assert page.status_code == 200 and "no-store" in page.headers["cache-control"]
-    secret = page.text.split('data-testid="new-token">', 1)[1].split("<", 1)[0]
+    secret = page.text.split('id="new-token">', 1)[1].split("<", 1)[0]
     assert secret.startswith("sk-chat-") and ApiToken.objects.get(name="laptop").digest != secret
     listing = browser.get("/settings/tokens/").text
     assert "laptop" in listing and secret not in listing and secret[:12] in listing

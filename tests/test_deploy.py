@@ -218,6 +218,15 @@ def test_a_body_over_client_max_body_size_is_refused_by_nginx(stack):
     assert response.status_code == 413
 
 
+def test_attachment_uploads_alone_may_be_larger_through_nginx(stack):
+    """3 MB reach the server at /api/attachments (which then wants a session); 22 MB are refused by nginx."""
+    _, nginx, _, _ = stack
+    with httpx.Client(verify=False, timeout=60) as client:
+        upload = client.post(nginx.url + "/api/attachments", files={"file": ("a.bin", b"x" * 3_000_000)})
+        assert upload.status_code == 401 and upload.json()["error"]["code"] == "unauthenticated"
+        assert client.post(nginx.url + "/api/attachments", content=b"x" * 22_000_000).status_code == 413
+
+
 def restart(server: LiveServer, while_down) -> None:
     """SIGTERM one process (graceful), run `while_down`, then start it again on the same port."""
     server.sock.close()  # only the process's own copy listens now: it closes it at SIGTERM

@@ -60,8 +60,8 @@ def redis_layer(prefix: str, **config) -> RedisChannelLayer:
     return RedisChannelLayer(hosts=[{"address": REDIS_URL, "socket_timeout": 15}], prefix=prefix, **config)
 
 
-async def cancelled_receives_lose_nothing(layer) -> list[int]:
-    """Messages to one channel while another channel's receive is cancelled over and over."""
+async def cancelled_receives_lose_nothing(sender, layer) -> list[int]:
+    """Messages from another process to one channel while another channel's receive is cancelled over and over."""
     listener, closer = await layer.new_channel(), await layer.new_channel()
     got: list[int] = []
 
@@ -73,7 +73,7 @@ async def cancelled_receives_lose_nothing(layer) -> list[int]:
     for n in range(200):
         # A socket closing: Channels cancels its pending receive.
         waiting = asyncio.create_task(layer.receive(closer))
-        await layer.send(listener, {"type": "x", "n": n})
+        await sender.send(listener, {"type": "x", "n": n})
         await asyncio.sleep(0.002 * (n % 5))
         waiting.cancel()
         await asyncio.gather(waiting, return_exceptions=True)
@@ -86,7 +86,42 @@ async def cancelled_receives_lose_nothing(layer) -> list[int]:
 
 async def test_a_cancelled_receive_never_drops_another_channels_message(prefix):
     """channels-redis #151/#165: a receive cancelled just as BZPOPMIN popped dropped that message."""
-    assert await cancelled_receives_lose_nothing(redis_layer(prefix)) == list(range(200))
+    assert await cancelled_receives_lose_nothing(redis_layer(prefix), redis_layer(prefix)) == list(range(200))
+
+
+async def test_a_socket_of_the_same_process_gets_group_messages_without_redis(prefix):
+    layer, other = redis_layer(prefix), redis_layer(prefix)
+    mine, theirs = await layer.new_channel(), await other.new_channel()
+    await layer.group_add("g", mine)
+    await other.group_add("g", theirs)
+    await layer.group_send("g", {"type": "hello"})
+    # No receive() has run, so no reader: only an in-process delivery can have put it there.
+    assert layer._inboxes[mine].queue.get_nowait() == {"type": "hello"}
+    assert await asyncio.wait_for(other.receive(theirs), 5) == {"type": "hello"}
+    await layer.send(mine, {"type": "direct"})
+    assert layer._inboxes[mine].queue.get_nowait() == {"type": "direct"}
+
+
+async def test_50_streams_from_another_process_lose_no_message(prefix):
+    """A burst larger than the process's Redis inbox capacity, read as fast as it is written."""
+    sender, layer = redis_layer(prefix, capacity=1000), redis_layer(prefix, capacity=1000)
+    channels = [await layer.new_channel() for _ in range(50)]
+    for n, channel in enumerate(channels):
+        await layer.group_add(f"stream{n}", channel)
+
+    async def stream(n: int) -> None:
+        for seq in range(60):
+            await sender.group_send(f"stream{n}", {"type": "delta", "seq": seq})
+
+    async def watch(channel: str) -> list[int]:
+        return [(await layer.receive(channel))["seq"] for _ in range(60)]
+
+    watching = [asyncio.create_task(watch(channel)) for channel in channels]
+    await asyncio.gather(*map(stream, range(50)))
+    _, pending = await asyncio.wait(watching, timeout=15)
+    for task in pending:
+        task.cancel()
+    assert not pending and [task.result() for task in watching] == [list(range(60))] * 50
 
 
 async def test_live_group_memberships_are_renewed_and_dead_ones_expire(prefix):

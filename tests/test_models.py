@@ -9,6 +9,7 @@ import httpx
 import psycopg
 import pytest
 
+from chat.models import Conversation
 from tests.conftest import FAKE_KEY, MODELS
 from tests.live import ROOT, LiveServer
 from tests.services import postgres_database
@@ -63,3 +64,18 @@ async def test_long_upstream_strings_are_cut_to_their_columns_on_postgresql(pg_s
     for _, status, finish, upstream_id, request_id in rows:
         assert status == "complete" and finish == FINISH[:30]
         assert len(upstream_id) == len(request_id) == 200 and upstream_id.startswith("chatcmpl_")
+
+
+@pytest.mark.parametrize(
+    ("first_message", "title"),
+    [
+        ("[[chunks:3]] hello there", "hello there"),
+        ("# **Bold** title with `code`", "Bold title with code"),
+        ("\n\n> see [the docs](https://x.example) ![chart](c.png)", "see the docs chart"),
+        ("snake_case_name and 2*3*4", "snake_case_name and 2*3*4"),
+        ("[[delay:5]]\nthe second line", "the second line"),
+        ("x" * 80, "x" * 59 + "…"),
+    ],
+)
+def test_a_title_is_the_first_line_as_plain_text(first_message, title):
+    assert Conversation.title_for(first_message) == title

@@ -17,7 +17,7 @@ from django.db import connection
 from playwright.sync_api import expect, sync_playwright
 
 from chat.fakeupstream import _FILLER_WORDS, _REASONING_TEXT, _cycle_pieces
-from chat.models import Conversation, Message
+from chat.models import ApiToken, Conversation, Message
 from tests.live import LiveServer, database_url
 from tests.page_helpers import (
     API14_MINI,
@@ -26,6 +26,7 @@ from tests.page_helpers import (
     CLAUDE,
     answer_length,
     choose_model,
+    control_sockets,
     last_reply,
     open_chat,
     screenshot,
@@ -222,13 +223,48 @@ def test_reasoning_streams_in_an_open_thinking_block_that_folds_when_the_answer_
     expect(thinking).not_to_have_attribute("open", "")  # folded as soon as the answer starts
     wait_done(reply)
     reasoning = "".join(_cycle_pieces(_REASONING_TEXT, 60))
-    expect(thinking.locator("summary")).to_have_text(f"Thought for {len(reasoning):,} characters")
+    # 60 reasoning chunks 40 ms apart: about 2.4 s of thinking, measured by the server and stored.
+    thought = Message.objects.get(pk=int(reply.get_attribute("data-message-id"))).thinking_ms
+    assert 2000 <= thought <= 6000, thought
+    expect(thinking.locator("summary")).to_have_text(f"Thought for {round(thought / 1000)} s")
     expect(thinking).not_to_have_attribute("open", "")
     expect(thinking.locator(".thinking-body")).to_have_text(reasoning.strip())
     page.reload()  # a finished message keeps it, folded
     reply = last_reply(page)
-    expect(reply.locator("details.thinking summary")).to_have_text(f"Thought for {len(reasoning):,} characters")
+    expect(reply.locator("details.thinking summary")).to_have_text(f"Thought for {round(thought / 1000)} s")
     expect(reply.locator("details.thinking")).not_to_have_attribute("open", "")
+
+
+def test_the_thinking_block_follows_long_reasoning_unless_scrolled_up(page):
+    reply = send(page, "[[reasoning:2000]] [[delay:5]] [[chunks:5]] think at length")
+    body = reply.locator(".thinking-body")
+    at_bottom = """body => body.scrollHeight > body.clientHeight + 50
+        && body.scrollHeight - body.scrollTop - body.clientHeight < 30"""
+    page.wait_for_function(at_bottom, arg=body.element_handle())
+    length = body.evaluate("body => { body.scrollTop = 0; return body.textContent.length; }")
+    grown = "([body, than]) => body.textContent.length > than + 200"
+    page.wait_for_function(grown, arg=[body.element_handle(), length])
+    assert body.evaluate("body => body.scrollTop") == 0  # the reader's place is kept
+
+
+def test_a_tool_call_answer_shows_each_call_folded(page):
+    reply = send(page, "[[tools]] what is the weather")
+    wait_done(reply)
+    calls = reply.locator("details.tool-call")
+    expect(calls).to_have_count(2)
+    expect(calls.first.locator("summary")).to_have_text("Tool call: get_weather")
+    expect(calls.first).not_to_have_attribute("open", "")
+    calls.first.locator("summary").click()
+    expect(calls.first.locator("code")).to_contain_text('"')
+    page.reload()  # stored with the message
+    expect(last_reply(page).locator("details.tool-call")).to_have_count(2)
+
+
+def test_a_request_that_never_started_shows_no_guessed_usage(page):
+    reply = send(page, "[[status:500]] fail at once")
+    wait_done(reply, "failed")
+    expect(reply.locator(".usage")).to_be_hidden()
+    expect(reply.locator(".message-error")).to_be_visible()
 
 
 def test_markdown_table_highlighted_code_and_copy_button(new_page, alice, providers):
@@ -508,13 +544,30 @@ def test_request_settings_go_with_the_first_message_then_are_saved_on_the_conver
     page.get_by_label("Max tokens").fill("500")
     page.get_by_label("System prompt").fill("Answer like a pirate.")
     screenshot(page, "settings")
+    expect(page.locator("#settings-note")).to_have_text("Sent with the first message of this new chat.")
     wait_done(send(page, "[[chunks:3]] ahoy"))
     body = fake.app.last().body
     assert body["temperature"] == 0.3 and body["max_tokens"] == 500
     assert body["messages"][0] == {"role": "system", "content": "Answer like a pirate."}
+    expect(page.locator("#settings-note")).to_have_text("Saved on this conversation when changed.")
+    # Out of range: said under the field, with the range, and neither saved nor sent.
+    expect(page.locator("#temperature-hint")).to_have_text("0 to 2")
+    page.get_by_label("Temperature").fill("7")
+    page.get_by_label("Temperature").press("Tab")
+    expect(page.locator("#temperature-error")).to_contain_text("from 0 to 2")
+    expect(page.get_by_label("Temperature")).to_have_attribute("aria-invalid", "true")
+    assert Conversation.objects.get().params["temperature"] == 0.3
+    sent = len(fake.app.streams)
+    page.get_by_label("Message").fill("[[chunks:3]] not with a bad setting")
+    page.get_by_label("Message").press("Enter")
+    expect(page.locator("#notice")).to_contain_text("out of range")
+    expect(page.get_by_label("Temperature")).to_be_focused()
+    assert len(fake.app.streams) == sent
+    page.get_by_label("Message").fill("")
     page.get_by_label("Temperature").fill("0.7")
     page.get_by_label("Temperature").press("Tab")
     expect(page.locator("#settings-note")).to_have_text("Saved.")
+    expect(page.locator("#temperature-error")).to_be_hidden()
     assert Conversation.objects.get().params == {"temperature": 0.7, "max_tokens": 500}
     wait_done(send(page, "[[chunks:3]] again"))
     assert fake.app.last().body["temperature"] == 0.7
@@ -569,10 +622,25 @@ def test_rename_and_delete_a_conversation(page, alice):
     expect(page.get_by_role("heading", level=1)).to_have_text("New name")
     conversation.refresh_from_db()
     assert conversation.title == "New name"
+    # Enter in the field saves (it used to press Cancel, the form's first button); Escape cancels.
+    item.get_by_role("button", name=re.compile("^Rename")).click()
+    dialog.get_by_label("Title").fill("Newer name")
+    dialog.get_by_label("Title").press("Enter")
+    expect(item.locator("a")).to_have_text("Newer name")
+    item.get_by_role("button", name=re.compile("^Rename")).click()
+    dialog.get_by_label("Title").fill("Not this")
+    dialog.get_by_label("Title").press("Escape")
+    expect(dialog).to_be_hidden()
+    expect(item.locator("a")).to_have_text("Newer name")
+    item.get_by_role("button", name=re.compile("^Rename")).click()
+    dialog.get_by_role("button", name="Cancel").click()
+    expect(dialog).to_be_hidden()
+    conversation.refresh_from_db()
+    assert conversation.title == "Newer name"
 
     item.get_by_role("button", name=re.compile("^Delete")).click()
     confirm = page.get_by_role("dialog", name="Delete conversation?")
-    expect(confirm).to_contain_text("New name")
+    expect(confirm).to_contain_text("Newer name")
     screenshot(page, "confirm-delete")
     confirm.get_by_role("button", name="Cancel").click()
     expect(confirm).to_be_hidden()
@@ -618,6 +686,72 @@ def test_reconnects_after_the_server_dies_and_chats_again(page, server):
     reply = send(page, "[[chunks:5]] after the crash")
     wait_done(reply)
     expect(reply.locator(".answer")).to_have_text(filler(5))
+
+
+def test_a_message_sent_before_the_socket_opens_goes_out_once_it_does(new_page, alice, providers):
+    page = new_page(alice)
+    control_sockets(page, "hold")  # the handshake is slow: the page is up, its socket is not yet
+    page.goto("/")
+    expect(page.locator("#model option").first).to_be_attached()
+    box = page.get_by_label("Message")
+    box.fill("[[chunks:3]] typed at once")
+    box.press("Enter")
+    expect(page.locator("#reconnecting")).to_contain_text("Connecting…")
+    expect(box).to_have_value("")
+    expect(page.locator("#notice")).to_be_hidden()
+    page.evaluate("window.__sockets.release()")
+    reply = last_reply(page)
+    wait_done(reply)
+    expect(reply.locator(".answer")).to_have_text(filler(3))
+    expect(page.locator("#reconnecting")).to_be_hidden()
+    expect(page.locator("article.message.user")).to_have_count(1)
+
+
+def test_stop_pressed_while_disconnected_goes_out_when_the_socket_is_back(new_page, alice, providers):
+    page = new_page(alice)
+    control_sockets(page)
+    open_chat(page)
+    reply = send(page, "[[delay:40]] [[chunks:400]] stop me while offline")
+    message_id = int(reply.get_attribute("data-message-id"))
+    wait_longer_while_streaming(page, reply, 0)
+    page.evaluate("window.__sockets.hold(); window.__sockets.drop()")
+    expect(page.locator("html")).to_have_attribute("data-socket", "down")
+    stop = page.locator("#stop")
+    stop.click()
+    expect(stop).to_be_disabled()
+    expect(stop).to_have_attribute("aria-label", "Stopping…")
+    page.evaluate("window.__sockets.release()")
+    wait_done(page.locator(f'article[data-message-id="{message_id}"]'), "stopped")
+    stored = Message.objects.get(pk=message_id)
+    assert stored.status == "stopped" and len(stored.content) < len(filler(400))
+    expect(page.locator("#send")).to_be_visible()
+
+
+def test_moving_to_another_conversation_while_disconnected_keeps_url_and_content_in_step(new_page, alice, providers):
+    first = conversation_for(alice, "First", "one", "first answer")
+    second = conversation_for(alice, "Second", "two", "second answer")
+    page = new_page(alice)
+    control_sockets(page)
+    open_chat(page, f"/c/{first.pk}/")
+    expect(page.locator(".answer")).to_have_text("first answer")
+    page.evaluate("window.__sockets.refuse(); window.__sockets.drop()")  # the server is unreachable...
+    page.route("**/api/conversations/*", lambda route: route.abort())  # ...for its pages too
+    expect(page.locator("html")).to_have_attribute("data-socket", "down")
+    page.locator(f'#conversation-list li[data-conversation-id="{second.pk}"] a').click()
+    expect(page).to_have_url(re.compile(f"/c/{second.pk}/$"))
+    expect(page.get_by_text("first answer")).to_have_count(0)
+    expect(page.locator("#notice")).to_contain_text("Could not open the conversation")
+    # "Retry now" tries at once instead of after the backoff (by then about 4 s).
+    page.wait_for_function("() => window.__sockets.made >= 4")
+    made = page.evaluate("window.__sockets.made")
+    page.get_by_role("button", name="Retry now").click()
+    page.wait_for_function("made => window.__sockets.made > made", arg=made, timeout=1500)
+    page.unroute("**/api/conversations/*")
+    page.evaluate("window.__sockets.release()")  # back within the backoff's 10 s at most
+    expect(page.locator(".answer")).to_have_text("second answer", timeout=20_000)
+    expect(page.get_by_role("heading", level=1)).to_have_text("Second")
+    expect(page.locator("#notice")).to_be_hidden()
+    expect(page.locator("#reconnecting")).to_be_hidden()
 
 
 # --- policy, layout, themes -----------------------------------------------------------
@@ -698,6 +832,12 @@ def test_demo_banner_when_the_only_provider_is_the_built_in_demo(new_page, alice
         reply = send(page, "hello demo")
         wait_done(reply, timeout=30_000)
         expect(reply.locator(".answer")).to_contain_text("demo upstream")
+        # Dismissed once, it stays away on the next visit.
+        page.get_by_role("button", name="Dismiss the demo notice").click()
+        expect(banner).to_be_hidden()
+        page.reload()
+        open_chat(page)
+        expect(banner).to_be_hidden()
     finally:
         demo.stop()
 
@@ -792,3 +932,123 @@ def test_sidebar_shows_the_month_so_far_warns_at_80_percent_and_updates_after_ea
 def test_sidebar_shows_spending_without_a_bar_when_there_is_no_budget(page):
     expect(page.get_by_test_id("budget")).to_contain_text("$0.00 spent")
     expect(page.get_by_role("meter")).to_be_hidden()
+
+
+# --- small things a new user hits ------------------------------------------------------
+
+
+def test_copy_answer_says_copied_and_leaves_out_leading_blank_lines(new_page, alice, providers):
+    conversation = conversation_for(alice, "Copy me", "hi", "\n\n  Indented first line\n\nSecond.\n")
+    page = new_page(alice)
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"])
+    open_chat(page, f"/c/{conversation.pk}/")
+    page.get_by_role("button", name="Copy answer").click()
+    expect(page.get_by_role("button", name="Copied")).to_be_visible()
+    assert page.evaluate("navigator.clipboard.readText()") == "  Indented first line\n\nSecond."
+    expect(page.get_by_role("button", name="Copy answer")).to_be_visible()  # the label comes back
+
+
+def test_a_remote_image_shows_its_alt_text_and_link_and_is_never_fetched(new_page, alice, providers):
+    answer = "Look: ![a chart of sales](https://images.example.com/chart.png) and ![](http://x.example/p.gif)"
+    conversation = conversation_for(alice, "Pictures", "hi", answer)
+    page = new_page(alice)
+    requested: list[str] = []
+    page.on("request", lambda request: requested.append(request.url))
+    open_chat(page, f"/c/{conversation.pk}/")
+    links = page.locator(".answer a.remote-image")
+    expect(links).to_have_count(2)
+    expect(links.first).to_have_text("🖼 a chart of sales")
+    expect(links.first).to_have_attribute("href", "https://images.example.com/chart.png")
+    expect(links.nth(1)).to_have_text("🖼 image")
+    expect(page.locator(".answer img")).to_have_count(0)
+    assert not [url for url in requested if "example" in url]
+
+
+def test_tokens_page_from_the_chat_secret_once_with_a_copy_button_and_the_api_guide(new_page, alice, providers):
+    page = new_page(alice)
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"])
+    open_chat(page)
+    page.get_by_role("link", name="API tokens").click()
+    expect(page).to_have_url(re.compile("/settings/tokens/$"))
+    name = page.get_by_label("Name of a new token")
+    assert name.bounding_box()["width"] > 200  # styled like the other fields, not a tiny default box
+    name.fill("laptop")
+    page.get_by_role("button", name="Create token").click()
+    secret = page.get_by_test_id("new-token").text_content()
+    assert secret.startswith("sk-chat-")
+    page.get_by_role("button", name="Copy").click()
+    expect(page.locator("#copy-status")).to_have_text("Copied to the clipboard.")
+    assert page.evaluate("navigator.clipboard.readText()") == secret
+    screenshot(page, "tokens")
+    page.reload()  # neither a second token nor the secret again
+    expect(page.get_by_test_id("new-token")).to_have_count(0)
+    expect(page.locator(".token-list tbody tr")).to_have_count(1)
+    assert ApiToken.objects.filter(user=alice).count() == 1
+    page.get_by_role("link", name="API guide").click()
+    guide = page.get_by_test_id("api-guide")
+    expect(guide.get_by_role("heading", level=1)).to_have_text("The OpenAI-compatible API")
+    expect(guide.locator(".code-block").first).to_be_visible()
+    screenshot(page, "api-guide")
+
+
+def test_a_missing_conversation_url_shows_a_styled_page_with_a_way_back(new_page, alice, providers):
+    page = new_page(alice)
+    response = page.goto("/c/999999999/")
+    assert response.status == 404
+    expect(page.get_by_role("heading", level=1)).to_have_text("Page not found")
+    page.get_by_role("link", name="Back to the chat").click()
+    expect(page).to_have_url(re.compile("/$"))
+
+
+def test_a_long_sidebar_title_uses_the_whole_row_until_its_buttons_show(new_page, alice, providers):
+    long = conversation_for(alice, "A rather long title that needs the whole width of the sidebar row", "hi", "ho")
+    conversation_for(alice, "Other", "hi", "ho")  # opened, so the long one is not the active row
+    page = new_page(alice)
+    open_chat(page)
+    row = page.locator(f'#conversation-list li[data-conversation-id="{long.pk}"]')
+    link = row.locator("a")
+    row_box, link_box = row.bounding_box(), link.bounding_box()
+    assert link_box["width"] >= row_box["width"] - 1  # no room kept for invisible buttons
+    row.hover()
+    expect(row.get_by_role("button", name=re.compile("^Rename"))).to_be_visible()
+    buttons = row.locator(".conversation-actions").bounding_box()  # with its left padding
+    text_end = link.evaluate("a => a.getBoundingClientRect().right - parseFloat(getComputedStyle(a).paddingRight)")
+    assert text_end <= buttons["x"] + 1  # the title's ellipsis comes before the buttons
+
+
+def test_an_error_shows_one_sentence_and_folds_the_rest(new_page, alice, providers):
+    conversation = conversation_for(alice, "Broken", "hi", "partial")
+    reply = conversation.messages.get(role="assistant")
+    reply.status, reply.error = (
+        "failed",
+        "The upstream refused the request (502): Bad gateway. " + "<html>x</html> " * 40,
+    )
+    reply.save()
+    page = new_page(alice)
+    open_chat(page, f"/c/{conversation.pk}/")
+    error = page.locator(".message-error")
+    expect(error).to_contain_text("The upstream refused the request (502): Bad gateway.")
+    details = error.locator("details")
+    expect(details).not_to_have_attribute("open", "")
+    expect(details.locator("pre")).to_be_hidden()
+    details.locator("summary").click()
+    expect(details.locator("pre")).to_contain_text("<html>x</html>")
+
+
+def test_scrolled_up_during_a_stream_a_button_brings_the_reader_back_down(page):
+    reply = send(page, "[[delay:20]] [[chunks:800]] a long one")
+    messages = page.get_by_test_id("messages")
+    overflowing = "el => el.scrollHeight > el.clientHeight + 400"
+    page.wait_for_function(overflowing, arg=messages.element_handle())
+    button = page.get_by_role("button", name="Scroll to the bottom")
+    expect(button).to_be_hidden()  # following the answer at the bottom
+    messages.evaluate("el => { el.scrollTop = 0; }")
+    expect(button).to_be_visible()
+    length = answer_length(reply)
+    wait_longer_while_streaming(page, reply, length + 100)
+    assert messages.evaluate("el => el.scrollTop") == 0  # the reader's place is kept
+    button.click()
+    expect(button).to_be_hidden()
+    near_bottom = "el => el.scrollHeight - el.scrollTop - el.clientHeight < 80"
+    wait_longer_while_streaming(page, reply, answer_length(reply) + 100)
+    assert messages.evaluate(near_bottom)  # following again

@@ -30,7 +30,7 @@ def chats(alice, bob):
 
 
 def test_pages_need_a_signed_in_user(client, chats):
-    for url in ("/", f"/c/{chats[0].pk}/", "/settings/tokens/"):
+    for url in ("/", f"/c/{chats[0].pk}/", "/settings/tokens/", "/docs/api/"):
         response = client.get(url)
         assert response.status_code == 302 and response.url.startswith("/accounts/login/")
     for url in ("/api/conversations", "/api/models"):
@@ -136,3 +136,37 @@ def test_settings_form_carries_the_servers_bounds(alice_client):
     page = alice_client.get("/").content.decode()
     assert 'id="param-max-tokens" min="1" max="32768"' in page
     assert 'id="param-system-prompt" rows="3" maxlength="20000"' in page
+
+
+def test_a_missing_or_foreign_conversation_gets_a_styled_404_with_a_way_back(alice_client, chats):
+    for url in (f"/c/{chats[2].pk}/", "/c/999999999/", "/no/such/page/"):
+        response = alice_client.get(url)
+        page = response.content.decode()
+        assert response.status_code == 404 and "Page not found" in page and 'href="/"' in page
+        assert "/static/chat/app." in page  # the site's own look, not Django's bare "Not Found"
+
+
+def test_the_500_page_renders_without_a_request():
+    from django.template.loader import render_to_string
+
+    page = render_to_string("500.html")
+    assert "Something went wrong" in page and 'href="/"' in page
+
+
+def test_creating_a_token_redirects_and_shows_its_secret_once(alice_client, alice):
+    response = alice_client.post("/settings/tokens/", {"name": "laptop"})
+    assert response.status_code == 302 and response.url == "/settings/tokens/"
+    first = alice_client.get("/settings/tokens/").content.decode()
+    secret = first.split('data-testid="new-token" id="new-token">', 1)[1].split("<", 1)[0]
+    assert secret.startswith("sk-chat-")
+    again = alice_client.get("/settings/tokens/").content.decode()  # a reload: no secret, no second token
+    assert secret not in again and "laptop" in again and alice.api_tokens.count() == 1
+    refused = alice_client.post("/settings/tokens/", {"name": ""})
+    assert refused.status_code == 400 and alice.api_tokens.count() == 1
+
+
+def test_the_api_guide_is_a_page_of_the_site(alice_client):
+    response = alice_client.get("/docs/api/")
+    page = response.content.decode()
+    assert response.status_code == 200 and 'id="guide-text"' in page and "The OpenAI-compatible API" in page
+    assert "http://testserver/v1" in page

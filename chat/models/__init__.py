@@ -5,10 +5,12 @@
 - tokens: personal API tokens
 - usage: one row per stream, metered
 - workers: one lease per serving process
+- attachments: uploaded files, sent with a message
 - chat/budgets.py: prices and monthly budgets (their models are re-exported here too)
 """
 
 from ..budgets import Budget, Limit, Price, Spent, budget_for, month_start, price_unpriced, priced, spent
+from .attachments import Attachment, AttachmentQuerySet
 from .base import ChatError, Status, fit
 from .conversations import Conversation, ConversationQuerySet, Message, MessageQuerySet, Turn, begin_turn
 from .providers import (
@@ -33,6 +35,8 @@ __all__ = [
     "TOKEN_PREFIX",
     "ApiToken",
     "ApiTokenQuerySet",
+    "Attachment",
+    "AttachmentQuerySet",
     "Budget",
     "CatalogEntry",
     "ChatError",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -12,6 +13,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from .. import upstream
+from ..relay import prompt_chars
 from .base import MODEL_MAX_LENGTH, ChatError, Status
 from .providers import CatalogEntry
 from .usage import Usage
@@ -34,6 +36,23 @@ class ConversationQuerySet(models.QuerySet):
         return self.filter(Q(title__icontains=query) | Q(messages__content__icontains=query)).distinct()
 
 
+# What a title leaves out of a first line: [[directives]], images, link targets, heading, list,
+# quote and emphasis marks, code ticks.
+_DIRECTIVE_RE = re.compile(r"\[\[[^\]]*\]\]")
+_IMAGE_RE = re.compile(r"!\[([^\]]*)\]\([^)]*\)")
+_LINK_RE = re.compile(r"\[([^\]]*)\]\([^)]*\)")
+_LEAD_RE = re.compile(r"^\s*(?:#{1,6}\s+|>\s*|[-*+]\s+|\d{1,9}[.)]\s+)+")
+_MARKS_RE = re.compile(r"(\*\*|__|~~|`+|(?<!\w)[*_](?=\S)|(?<=\S)[*_](?!\w))")
+
+
+def _plain(line: str) -> str:
+    line = _DIRECTIVE_RE.sub(" ", line)
+    line = _IMAGE_RE.sub(r"\1", line)
+    line = _LINK_RE.sub(r"\1", line)
+    line = _MARKS_RE.sub("", _LEAD_RE.sub("", line))
+    return " ".join(line.split())
+
+
 class Conversation(models.Model):
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="conversations")
     title = models.CharField(max_length=200, blank=True)
@@ -54,7 +73,9 @@ class Conversation(models.Model):
 
     @staticmethod
     def title_for(text: str) -> str:
-        line = next((line.strip() for line in text.splitlines() if line.strip()), "New chat")
+        """The first line with words, as plain text: no markdown marks, no [[directives]], at most 60 characters."""
+        lines = (_plain(line) for line in text.splitlines())
+        line = next((line for line in lines if line), "New chat")
         return line if len(line) <= 60 else line[:59].rstrip() + "…"
 
     def merge_params(self, params: dict) -> None:
@@ -62,11 +83,23 @@ class Conversation(models.Model):
         merged = {**self.params, **params}
         self.params = {name: value for name, value in merged.items() if value is not None}
 
-    def upstream_messages(self) -> list[dict[str, str]]:
-        """The history in OpenAI's shape: system prompt, then every message with text."""
-        history = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
-        for role, content in self.messages.exclude(content="").values_list("role", "content"):
-            history.append({"role": role, "content": content})
+    def upstream_messages(self, *, images: bool = False) -> list[dict]:
+        """The history in OpenAI's shape: system prompt, then every message with text or attachments.
+
+        A user message's attachments go with it (chat/models/attachments.py): documents as
+        delimited text before its words, images as image_url parts when `images` (the model accepts them).
+        """
+        from .attachments import Attachment, upstream_content
+
+        history: list[dict] = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
+        attached: dict[int, list[Attachment]] = {}
+        for attachment in Attachment.objects.filter(message__conversation=self):
+            attached.setdefault(attachment.message_id, []).append(attachment)
+        for pk, role, content in self.messages.values_list("pk", "role", "content"):
+            if pk in attached:
+                history.append({"role": role, "content": upstream_content(content, attached[pk], images=images)})
+            elif content:
+                history.append({"role": role, "content": content})
         return history
 
 
@@ -136,6 +169,7 @@ class Message(models.Model):
     content = models.TextField(blank=True)
     reasoning = models.TextField(blank=True)
     tool_calls = models.JSONField(null=True, blank=True)
+    thinking_ms = models.PositiveIntegerField("time spent thinking (ms)", null=True, blank=True)
     status = models.CharField(max_length=12, choices=Status.choices, default=Status.COMPLETE, db_index=True)
     finish_reason = models.CharField(max_length=30, blank=True)
     error = models.TextField(blank=True)
@@ -172,6 +206,7 @@ def begin_turn(
     edit: int | None = None,
     system_prompt: str | None = None,
     worker_id: int | None = None,
+    attachments: list[int] | None = None,
 ) -> Turn:
     """Store the user's message (new, edited, or the last one again) and an empty streaming reply.
 
@@ -181,25 +216,41 @@ def begin_turn(
     and over the user's limits (chat/limits.py) or budget (chat/budgets.py), before anything
     is stored; a refusal over budget leaves a `refused` usage row.
     worker_id: the process that will stream the reply (its lease keeps the reply alive).
+    attachments: ids of the user's unsent uploads, sent with a new message (chat/models/attachments.py).
     """
     from .. import limits
     from ..budgets import BudgetExceeded, refuse
 
     try:
-        return _begin_turn(user, entry, params, conversation_id, content, edit, system_prompt, worker_id, limits)
+        return _begin_turn(
+            user, entry, params, conversation_id, content, edit, system_prompt, worker_id, limits, attachments or []
+        )
     except BudgetExceeded as exc:
         refuse(user, source=Usage.Source.CHAT, provider_id=entry.provider.pk, model=entry.model,
                prompt_tokens=exc.prompt_tokens, detail=exc.detail)  # fmt: skip
         raise ChatError(exc.code, exc.detail) from None
 
 
-def _begin_turn(user, entry, params, conversation_id, content, edit, system_prompt, worker_id, limits) -> Turn:
+def _begin_turn(
+    user, entry, params, conversation_id, content, edit, system_prompt, worker_id, limits, attachment_ids
+) -> Turn:
     from ..budgets import BudgetExceeded, reserve
+    from .attachments import Attachment, check_message
 
+    images = entry.provider.accepts_images(entry.model)
     with transaction.atomic():
         limits.enforce(user, source=Usage.Source.CHAT)
+        attachments = Attachment.objects.for_message(user, attachment_ids) if attachment_ids else []
+        if attachments:
+            check_message(attachments, content or "")
+            if not images and any(a.kind == Attachment.Kind.IMAGE for a in attachments):
+                raise ChatError(
+                    "images_not_supported",
+                    f"{entry.model} does not accept images: remove the image, or pick a model that accepts them.",
+                )
         if conversation_id is None:
-            conversation = Conversation.objects.create(owner=user, title=Conversation.title_for(content or ""))
+            title = Conversation.title_for(content or (attachments[0].name if attachments else ""))
+            conversation = Conversation.objects.create(owner=user, title=title)
         else:
             conversation = Conversation.objects.owned_by(user).select_for_update().filter(pk=conversation_id).first()
             if conversation is None:
@@ -217,6 +268,8 @@ def _begin_turn(user, entry, params, conversation_id, content, edit, system_prom
             user_message = last_user
         else:
             user_message = conversation.messages.create(role=Message.Role.USER, content=content)
+            if attachments:
+                Attachment.objects.attach_to(user_message, attachments)
         now = timezone.now()
         conversation.model = entry.qualified
         conversation.updated = now
@@ -225,8 +278,8 @@ def _begin_turn(user, entry, params, conversation_id, content, edit, system_prom
         if system_prompt is not None:
             conversation.system_prompt = system_prompt
         conversation.save(update_fields=["model", "updated", "params", "system_prompt"])
-        history = conversation.upstream_messages()
-        prompt_tokens = upstream.estimate_tokens(sum(len(m["content"]) for m in history))
+        history = conversation.upstream_messages(images=images)
+        prompt_tokens = upstream.estimate_tokens(prompt_chars(history))  # chat/relay.py: text and images
         try:
             reservation = reserve(
                 user,

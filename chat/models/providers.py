@@ -136,6 +136,12 @@ class Provider(models.Model):
         "models", blank=True, help_text="One model id per line. Empty: ask the upstream's GET /models."
     )
     enabled = models.BooleanField(default=True)
+    image_models = models.TextField(
+        "models that accept images",
+        blank=True,
+        help_text="Model ids that accept images (attachments, image_url parts), one per line; * for all of "
+        "this provider's models. Others are refused images before anything is sent.",
+    )
     max_connections = models.PositiveIntegerField(
         null=True,
         blank=True,
@@ -187,6 +193,11 @@ class Provider(models.Model):
                         "enter the API key again, so the stored key is not sent there."
                     }
                 )
+
+    def accepts_images(self, model: str) -> bool:
+        """Whether staff marked this model (or all of the provider's) as accepting images."""
+        marked = {line.strip() for line in self.image_models.splitlines() if line.strip()}
+        return "*" in marked or model in marked
 
     async def amodel_ids(self) -> list[str]:
         """This provider's models: the configured list, else GET /models (cached a few minutes)."""

@@ -54,7 +54,12 @@ export async function api(path, { method = "GET", body, signal } = {}) {
     throw new ApiError(401, "unauthenticated", "Sign in first.");
   }
   if (response.status === 204) return null;
-  const data = await response.json().catch(() => null);
+  // An abort while the body is read (a newer request won) must stay an abort, not become `null`:
+  // the sidebar's refresh read `null.conversations` and said so in a banner.
+  const data = await response.json().catch((error) => {
+    if (error.name === "AbortError") throw error;
+    return null;
+  });
   if (!response.ok) {
     const error = data?.error || {};
     throw new ApiError(response.status, error.code || "http", error.detail || `Request failed (${response.status}).`);

@@ -1,5 +1,6 @@
 // The chat page: wires the socket, the sidebar, the settings and the message views together.
-import { api, setBusyHandler, setCsrfToken } from "./api.js";
+import { ApiError, api, setBusyHandler, setCsrfToken } from "./api.js";
+import { AttachmentTray } from "./attachments.js";
 import { MessageView } from "./messages.js";
 import { handleCopyClicks } from "./render.js";
 import { ModelPicker, SettingsPanel } from "./settings.js";
@@ -21,6 +22,7 @@ const ui = {
   send: $("send"),
   stop: $("stop"),
   reconnecting: $("reconnecting"),
+  reconnectingText: $("reconnecting-text"),
   notice: $("notice"),
   noticeText: $("notice-text"),
   menu: $("menu-button"),
@@ -36,13 +38,20 @@ const state = {
   loadSeq: 0, // only the latest openConversation() may render
   loaded: false, // the open conversation's messages are on the page
   model: null, // the open conversation's own model
+  stopQueued: null, // a reply whose Stop was pressed while disconnected
 };
 
 // --- small helpers -------------------------------------------------------------
 
-function showNotice(text) {
+// kind: "connection" notices go when the socket is back, "load" ones when a conversation opens.
+let noticeKind = null;
+function showNotice(text, kind = null) {
   ui.noticeText.textContent = text;
   ui.notice.hidden = false;
+  noticeKind = kind;
+}
+function clearNotice(kind) {
+  if (noticeKind === kind) ui.notice.hidden = true;
 }
 
 // The server answers `server_busy` (a frame) or 503 (HTTP) while its database is not answering.
@@ -55,15 +64,38 @@ function showBusy(busy) {
 setBusyHandler(showBusy);
 $("notice-close").addEventListener("click", () => (ui.notice.hidden = true));
 
+// The demo notice: shown until dismissed, then not again in this browser.
+const DEMO_DISMISSED = "chat.demoBannerDismissed";
+if ($("demo-banner")) {
+  $("demo-banner").hidden = localStorage.getItem(DEMO_DISMISSED) === "1";
+  $("demo-banner-close").addEventListener("click", () => {
+    $("demo-banner").hidden = true;
+    localStorage.setItem(DEMO_DISMISSED, "1");
+  });
+}
+
 // Follow the bottom while the user is there; scrolling up to read stops the following.
 let stuckToBottom = true;
+// Scrolled up with more below: a button brings the reader back down (and following again).
+const toBottom = $("to-bottom");
+function updateToBottom() {
+  const { scrollTop, scrollHeight, clientHeight } = ui.messages;
+  toBottom.hidden = stuckToBottom || scrollHeight - scrollTop - clientHeight < 80;
+}
 ui.messages.addEventListener("scroll", () => {
   const { scrollTop, scrollHeight, clientHeight } = ui.messages;
   stuckToBottom = scrollHeight - scrollTop - clientHeight < 80;
+  updateToBottom();
 });
 function followBottom() {
   if (stuckToBottom) ui.messages.scrollTop = ui.messages.scrollHeight;
+  else updateToBottom();
 }
+toBottom.addEventListener("click", () => {
+  stuckToBottom = true;
+  ui.messages.scrollTop = ui.messages.scrollHeight;
+  toBottom.hidden = true;
+});
 
 function setTitle(title) {
   state.title = title || "New chat";
@@ -73,6 +105,11 @@ function setTitle(title) {
 
 function updateComposer() {
   const streaming = state.streaming !== null;
+  if (!streaming) {
+    ui.stop.disabled = false;
+    ui.stop.setAttribute("aria-label", "Stop");
+    ui.stop.title = "Stop (Esc)";
+  }
   ui.input.disabled = streaming || state.pending !== null;
   ui.send.hidden = streaming;
   ui.stop.hidden = !streaming;
@@ -126,9 +163,20 @@ async function openConversation(id, { push = true } = {}) {
   try {
     data = await api(`/api/conversations/${id}`);
   } catch (error) {
-    if (seq === state.loadSeq) showNotice(`Could not open the conversation: ${error.message}`);
+    if (seq !== state.loadSeq) return;
+    // The URL already names this conversation: the page must not go on showing the previous one.
+    state.conversation = id;
+    state.model = null;
+    state.pending = null;
+    clearThread();
+    setTitle("…");
+    sidebar.setActive(id);
+    updateComposer();
+    const retry = error instanceof ApiError ? "" : " It opens when the connection is back.";
+    showNotice(`Could not open the conversation: ${error.message}${retry}`, "load");
     return;
   }
+  clearNotice("load");
   if (seq !== state.loadSeq) return; // the user went elsewhere meanwhile
   state.conversation = data.id;
   state.model = data.model;
@@ -169,22 +217,47 @@ function newChat({ push = true } = {}) {
   ui.input.focus();
 }
 
-function route({ push = false } = {}) {
+function conversationInUrl() {
   const match = location.pathname.match(/^\/c\/(\d+)\/$/);
-  if (match) openConversation(Number(match[1]), { push });
+  return match ? Number(match[1]) : null;
+}
+
+function route({ push = false } = {}) {
+  const id = conversationInUrl();
+  if (id !== null) openConversation(id, { push });
   else newChat({ push });
 }
 
 // --- sending -------------------------------------------------------------------
 
+// A turn asked for while the socket is connecting (the page just loaded, or it is reconnecting)
+// waits for it, this long at most, before the user is told it was not sent.
+const QUEUE_MS = 20000;
+
 function submit(frame, pending) {
+  clearNotice("connection");
+  state.pending = Object.assign(pending, { frame, tries: 0, queued: false });
   if (!socket.send(frame)) {
-    showNotice("Not connected to the server; try again once it is back.");
-    return false;
+    pending.queued = true;
+    ui.reconnectingText.textContent = socket.everOpened ? "Reconnecting… your message goes out once connected." : "Connecting…";
+    ui.reconnecting.hidden = false;
+    pending.giveUp = setTimeout(() => {
+      if (state.pending === pending && pending.queued) {
+        onError({ code: "disconnected", detail: "Could not reach the server, so the message was not sent." });
+      }
+    }, QUEUE_MS);
   }
-  ui.notice.hidden = true;
-  state.pending = Object.assign(pending, { frame, tries: 0 });
   updateComposer();
+  return true;
+}
+
+/** The socket is open: a queued turn goes out now. */
+function sendQueued() {
+  const pending = state.pending;
+  if (!pending?.queued) return false;
+  clearTimeout(pending.giveUp);
+  pending.queued = false;
+  socket.send(pending.frame);
   return true;
 }
 
@@ -203,15 +276,27 @@ function retryBusy(pending) {
 
 function sendMessage() {
   const content = ui.input.value;
-  if (!content.trim() || state.pending || state.streaming) return;
+  if ((!content.trim() && !tray.items.length) || state.pending || state.streaming) return;
   if (new TextEncoder().encode(content).length > config.maxContentBytes) {
     showNotice(`The message is too long (over ${config.maxContentBytes.toLocaleString("en-US")} bytes).`);
     return;
   }
+  // Refused here, before anything is sent: a model that takes no images, uploads still running, the limits.
+  const problem = settings.problem() || tray.problem(picker.chosen, content);
+  if (problem) {
+    showNotice(problem);
+    return;
+  }
   const frame = { type: "send", conversation: state.conversation, content, model: picker.value };
   if (state.conversation === null) Object.assign(frame, settings.forNewChat());
-  const view = new MessageView({ id: null, role: "user", content, status: "pending" });
-  if (!submit(frame, { kind: "send", conversation: state.conversation, view, content })) return;
+  const attachments = tray.ready;
+  if (attachments.length) frame.attachments = attachments.map((attachment) => attachment.id);
+  const view = new MessageView({ id: null, role: "user", content, status: "pending", attachments });
+  const taken = tray.take();
+  if (!submit(frame, { kind: "send", conversation: state.conversation, view, content, taken })) {
+    tray.restore(taken);
+    return;
+  }
   ui.thread.append(view.article);
   ui.input.value = "";
   autogrow();
@@ -239,7 +324,12 @@ async function editLast(view) {
 }
 
 function stop() {
-  if (state.streaming !== null) socket.send({ type: "stop", message: state.streaming });
+  if (state.streaming === null) return;
+  ui.stop.disabled = true; // until its `done`; the button says what is happening
+  ui.stop.setAttribute("aria-label", "Stopping…");
+  ui.stop.title = "Stopping…";
+  // While disconnected the stop waits for the socket and goes out first thing when it is back.
+  if (!socket.send({ type: "stop", message: state.streaming })) state.stopQueued = state.streaming;
 }
 
 // --- frames from the server ----------------------------------------------------
@@ -260,6 +350,7 @@ function onStarted(frame) {
     if (state.conversation === null) {
       state.conversation = frame.conversation;
       history.pushState({}, "", `/c/${frame.conversation}/`);
+      settings.started();
     }
     state.watched.add(frame.conversation);
     if (pending.view) {
@@ -326,15 +417,19 @@ function onError(frame) {
     return;
   }
   if (pending && frame.code !== "not_streaming") {
+    clearTimeout(pending.giveUp);
     state.pending = null;
     if (pending.kind === "send") {
       pending.view.article.remove();
       if (!ui.input.value) ui.input.value = pending.content; // nothing typed is lost
+      tray.restore(pending.taken); // nor anything attached
       autogrow();
     }
   }
   updateComposer();
-  if (frame.code !== "not_streaming") showNotice(frame.detail || `Error: ${frame.code}`);
+  if (frame.code !== "not_streaming") {
+    showNotice(frame.detail || `Error: ${frame.code}`, frame.code === "disconnected" ? "connection" : null);
+  }
   if (frame.code === "budget_exceeded") budget.refresh();
 }
 
@@ -370,25 +465,50 @@ const sidebar = new Sidebar({
 const budget = new BudgetMeter();
 const picker = new ModelPicker($("model"));
 const settings = new SettingsPanel({ conversation: () => state.conversation, onError: showNotice });
+const tray = new AttachmentTray({
+  list: $("attachment-chips"),
+  button: $("attach"),
+  input: $("file-input"),
+  dropZone: document.querySelector("main.main"),
+  pasteTarget: ui.input,
+  limits: config.attachments,
+  csrfToken: config.csrfToken,
+  onError: showNotice,
+});
 
 const socket = new ChatSocket(socketUrl(config.wsPath), {
   onFrame,
   onOpen(reconnect) {
     document.documentElement.dataset.socket = "open"; // a hook for tests and styles
     ui.reconnecting.hidden = true;
+    clearNotice("connection");
     state.watched.clear(); // a new socket watches nothing yet
-    if (reconnect) {
+    if (state.stopQueued !== null) {
+      socket.send({ type: "stop", message: state.stopQueued });
+      state.stopQueued = null;
+    }
+    const queued = state.pending?.queued;
+    if (reconnect && !queued) {
       sidebar.refresh();
-      if (state.conversation !== null) openConversation(state.conversation, { push: false });
+      // The URL says where the user is, even if they moved while disconnected.
+      if (conversationInUrl() !== null) route();
+      else if (state.conversation !== null) newChat({ push: false });
     } else if (state.conversation !== null && state.loaded) {
       attach(state.conversation);
+    }
+    if (queued) {
+      if (reconnect) sidebar.refresh();
+      sendQueued();
     }
   },
   onDown(busy) {
     document.documentElement.dataset.socket = "down";
-    ui.reconnecting.textContent = busy ? BUSY_TEXT : "Reconnecting…";
+    ui.reconnectingText.textContent = busy ? BUSY_TEXT : "Reconnecting…";
     ui.reconnecting.hidden = false;
-    if (state.pending) onError({ code: "disconnected", detail: "The connection dropped before the server answered." });
+    // A sent turn with no answer yet may or may not be stored: say so. A queued one waits.
+    if (state.pending && !state.pending.queued) {
+      onError({ code: "disconnected", detail: "The connection dropped before the server answered." });
+    }
   },
   onSignedOut() {
     location.assign(`/accounts/login/?next=${encodeURIComponent(location.pathname)}`);
@@ -410,6 +530,7 @@ ui.input.addEventListener("keydown", (event) => {
 });
 ui.input.addEventListener("input", autogrow);
 ui.stop.addEventListener("click", stop);
+$("retry-now").addEventListener("click", () => socket.retryNow());
 $("new-chat").addEventListener("click", () => newChat());
 
 ui.thread.addEventListener("click", (event) => {
@@ -420,9 +541,36 @@ ui.thread.addEventListener("click", (event) => {
   if (!view) return;
   if (button.dataset.action === "regenerate") regenerate();
   else if (button.dataset.action === "edit") editLast(view);
-  else if (button.dataset.action === "copy") navigator.clipboard.writeText(view.content).catch(() => {});
+  else if (button.dataset.action === "copy") copyAnswer(button, view);
 });
+
+/** Copies the answer's markdown (without the blank lines models often start with) and says so. */
+async function copyAnswer(button, view) {
+  let said = "Copied";
+  try {
+    await navigator.clipboard.writeText(view.content.replace(/^(?:[ \t]*\n)+/, "").trimEnd());
+  } catch {
+    said = "Copy failed";
+  }
+  button.dataset.feedback = said;
+  button.setAttribute("aria-label", said);
+  clearTimeout(button.feedbackTimer);
+  button.feedbackTimer = setTimeout(() => {
+    delete button.dataset.feedback;
+    button.setAttribute("aria-label", button.title);
+  }, 1500);
+}
 handleCopyClicks(ui.thread);
+
+// An attached image's thumbnail opens it full size, in the page (its URL itself is a download).
+const imageDialog = $("image-dialog");
+document.addEventListener("click", (event) => {
+  const thumb = event.target.closest("button[data-action=view-image]");
+  if (!thumb) return;
+  $("image-full").src = thumb.dataset.url;
+  $("image-full").alt = thumb.querySelector("img")?.alt || "";
+  imageDialog.showModal();
+});
 
 // Phone-sized screens: the sidebar slides over the page behind the menu button.
 function closeSidebar() {

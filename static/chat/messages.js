@@ -1,4 +1,5 @@
 // One message on the page: a user's text, or an assistant's answer with its thinking, status and usage.
+import { attachmentList } from "./attachments.js";
 import { iconButton } from "./icons.js";
 import { StreamRenderer, renderMarkdown } from "./render.js";
 
@@ -78,13 +79,16 @@ export class MessageView {
 
   buildUser(message) {
     this.text = element("div", "user-text", message.content);
+    this.text.hidden = !message.content; // a message of attachments alone
     this.actions = element("div", "message-actions");
     this.actions.append(iconButton("edit", "Edit"));
+    if (message.attachments?.length) this.article.append(attachmentList(message.attachments));
     this.article.append(this.text, this.actions);
   }
 
   setUserText(content) {
     this.text.textContent = content;
+    this.text.hidden = !content;
   }
 
   buildAssistant(message) {
@@ -104,13 +108,17 @@ export class MessageView {
     this.error.hidden = true;
     this.usage = element("div", "usage");
     this.usage.hidden = true;
+    this.tools = element("div", "tool-calls");
+    this.tools.hidden = true;
     this.actions = element("div", "message-actions");
     this.actions.append(iconButton("copy", "Copy answer"), iconButton("regenerate", "Regenerate"));
     this.article.append(
-      this.meta, this.thinking, this.answer, this.waiting, this.statusLine, this.error, this.usage, this.actions,
+      this.meta, this.thinking, this.answer, this.tools, this.waiting, this.statusLine, this.error, this.usage,
+      this.actions,
     );
     this.content = message.content || "";
     this.reasoning = message.reasoning || "";
+    this.thinkingMs = message.thinking_ms ?? null; // measured here while it streams, else the server's
     if (message.status === "streaming") {
       this.startStreaming();
       this.setReasoning(this.reasoning);
@@ -156,8 +164,13 @@ export class MessageView {
 
   appendReasoning(text) {
     if (this.waitingTimer) this.stopWaiting();
+    if (!this.reasoning && !this.answerStarted) this.thinkingSince = performance.now();
     this.reasoning += text;
-    this.thinkingBody.append(text); // a text node: O(1) however long the thinking grows
+    // Follow the thinking as it grows, like the answer, unless the reader scrolled up in it.
+    const body = this.thinkingBody;
+    const following = body.scrollHeight - body.scrollTop - body.clientHeight < 24;
+    body.append(text); // a text node: O(1) however long the thinking grows
+    if (following) body.scrollTop = body.scrollHeight;
     if (this.thinking.hidden) {
       this.thinking.hidden = false;
       if (!this.answerStarted) this.thinking.open = true;
@@ -177,13 +190,20 @@ export class MessageView {
 
   /** The answer starts: the thinking folds away, showing how long it was. */
   closeThinking() {
+    if (this.thinkingSince !== undefined && this.thinkingMs === null) {
+      this.thinkingMs = performance.now() - this.thinkingSince;
+    }
     this.thinking.open = false;
     this.thinkingSummary.textContent = this.thoughtFor();
   }
 
+  /** "Thought for 12 s": the time the model spent thinking, when known (not for a stream joined midway). */
   thoughtFor() {
-    const length = this.reasoning.length;
-    return `Thought for ${NUMBER.format(length)} character${length === 1 ? "" : "s"}`;
+    if (this.thinkingMs === null) return "Thoughts";
+    const seconds = Math.round(this.thinkingMs / 1000);
+    if (seconds < 1) return "Thought for less than a second";
+    if (seconds < 60) return `Thought for ${seconds} s`;
+    return `Thought for ${Math.floor(seconds / 60)} min ${seconds % 60} s`;
   }
 
   /** A snapshot after attach: the text so far, replacing what the page had. */
@@ -222,6 +242,8 @@ export class MessageView {
 
   showFinished(message) {
     if (!message.rendered) this.answer.replaceChildren(renderMarkdown(message.content || ""));
+    if (message.thinking_ms !== undefined && message.thinking_ms !== null) this.thinkingMs = message.thinking_ms;
+    this.showToolCalls(message.tool_calls || []);
     this.setReasoning(message.reasoning || "");
     if (this.reasoning) {
       this.thinking.open = false;
@@ -231,10 +253,49 @@ export class MessageView {
     const label = statusText(message.status, message.finish_reason);
     this.statusLine.textContent = label;
     this.statusLine.hidden = !label;
-    this.error.textContent = message.error || "";
-    this.error.hidden = !message.error;
-    this.showUsage(message.usage);
+    this.showError(message.error || "");
+    // A stream that never produced anything shows no guessed usage ("≈8 in ≈0 out").
+    const nothing = message.usage?.estimated && !message.usage.completion_tokens && message.status !== "complete";
+    this.showUsage(nothing ? null : message.usage);
     this.onPaint();
+  }
+
+  /** An error as one sentence; anything longer (an upstream's page, a long message) folded under "Details". */
+  showError(text) {
+    this.error.replaceChildren();
+    this.error.hidden = !text;
+    if (!text) return;
+    const flat = text.replace(/\s+/g, " ").trim();
+    const end = flat.search(/[.!?](\s|$)/);
+    const sentence = end > 0 && end < 200 ? flat.slice(0, end + 1) : flat.slice(0, 160);
+    this.error.append(sentence.length < flat.length && !sentence.endsWith(".") ? `${sentence}…` : sentence);
+    if (sentence.length < flat.length) {
+      const fold = element("details");
+      fold.append(element("summary", "", "Details"));
+      fold.append(element("pre", "", text));
+      this.error.append(fold);
+    }
+  }
+
+  /** Each tool call the model asked for: its name, and its arguments folded away. */
+  showToolCalls(calls) {
+    this.tools.replaceChildren();
+    this.tools.hidden = calls.length === 0;
+    for (const call of calls) {
+      const fold = element("details", "tool-call");
+      const name = call.function?.name || "tool";
+      fold.append(element("summary", "", `Tool call: ${name}`));
+      let args = call.function?.arguments || "";
+      try {
+        args = JSON.stringify(JSON.parse(args), null, 2);
+      } catch {
+        // not JSON (or cut short): shown as it came
+      }
+      const pre = element("pre");
+      pre.append(element("code", "", args || "(no arguments)"));
+      fold.append(pre);
+      this.tools.append(fold);
+    }
   }
 
   showUsage(usage) {
@@ -267,7 +328,7 @@ export class MessageView {
       this.article.prepend(box);
       const close = (value) => {
         box.remove();
-        this.text.hidden = false;
+        this.text.hidden = !this.text.textContent;
         this.actions.hidden = false;
         resolve(value);
       };

@@ -62,15 +62,37 @@ DOMPurify.addHook("afterSanitizeAttributes", (node) => {
     } catch {
       url = null;
     }
-    if (!url || (url.protocol !== "data:" && url.origin !== location.origin)) node.remove();
+    if (!url || (url.protocol !== "data:" && url.origin !== location.origin)) {
+      // Shown as its alt text and a link instead (see showRemoteImages): never fetched by the page.
+      node.removeAttribute("src");
+      node.dataset.remote = url && /^https?:$/.test(url.protocol) ? url.href : "";
+    }
   }
 });
+
+/** Each blocked remote image as "🖼 alt text" linking to the image, opened only if the user clicks. */
+function showRemoteImages(fragment) {
+  for (const img of fragment.querySelectorAll("img[data-remote]")) {
+    const label = `🖼 ${img.getAttribute("alt") || "image"}`;
+    const link = document.createElement(img.dataset.remote ? "a" : "span");
+    link.className = "remote-image";
+    link.textContent = label;
+    if (img.dataset.remote) {
+      link.href = img.dataset.remote;
+      link.target = "_blank";
+      link.rel = "noopener noreferrer";
+      link.title = `Image not loaded: ${img.dataset.remote}`;
+    }
+    img.replaceWith(link);
+  }
+  return fragment;
+}
 
 /** Sanitized DOM fragment for a piece of markdown. */
 export function renderMarkdown(source, { highlight = true } = {}) {
   highlightCode = highlight;
   try {
-    return DOMPurify.sanitize(marked.parse(source), PURIFY);
+    return showRemoteImages(DOMPurify.sanitize(marked.parse(source), PURIFY));
   } finally {
     highlightCode = true;
   }

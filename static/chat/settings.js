@@ -16,6 +16,7 @@ export class ModelPicker {
   async load() {
     const data = await api("/api/models");
     this.defaultModel = data.default;
+    this.models = new Map(data.models.map((model) => [model.qualified, model]));
     const groups = new Map();
     for (const model of data.models) {
       if (!groups.has(model.provider)) {
@@ -48,6 +49,11 @@ export class ModelPicker {
     }
   }
 
+  /** The chosen model's entry from /api/models ({id, qualified, provider, images}), or null. */
+  get chosen() {
+    return this.models?.get(this.select.value) || null;
+  }
+
   get value() {
     return this.select.value || undefined;
   }
@@ -66,10 +72,10 @@ export class SettingsPanel {
     this.systemPrompt = document.getElementById("param-system-prompt");
     this.button.addEventListener("click", () => this.toggle());
     this.temperature.addEventListener("change", () => {
-      this.save({ params: { temperature: this.number(this.temperature) } });
+      if (this.check(this.temperature)) this.save({ params: { temperature: this.number(this.temperature) } });
     });
     this.maxTokens.addEventListener("change", () => {
-      this.save({ params: { max_tokens: this.integer(this.maxTokens) } });
+      if (this.check(this.maxTokens)) this.save({ params: { max_tokens: this.integer(this.maxTokens) } });
     });
     this.systemPrompt.addEventListener("change", () => this.save({ system_prompt: this.systemPrompt.value }));
   }
@@ -77,6 +83,31 @@ export class SettingsPanel {
   toggle(open = this.panel.hidden) {
     this.panel.hidden = !open;
     this.button.setAttribute("aria-expanded", String(open));
+  }
+
+  /** A field out of its range says so under itself and is not saved or sent; true when it is fine. */
+  check(input) {
+    const error = document.getElementById(input.getAttribute("aria-describedby").split(" ")[1]);
+    const ok = input.checkValidity();
+    const { min, max } = input;
+    error.textContent = ok ? "" : `Enter a number from ${min} to ${max}, or leave it empty for the default.`;
+    error.hidden = ok;
+    input.setAttribute("aria-invalid", String(!ok));
+    return ok;
+  }
+
+  /** The message to show instead of sending when a field is out of range, or null. */
+  problem() {
+    const bad = [this.temperature, this.maxTokens].find((input) => !this.check(input));
+    if (!bad) return null;
+    this.toggle(true);
+    bad.focus();
+    return "A request setting is out of range; see the settings panel.";
+  }
+
+  /** The first message of a new chat created its conversation: settings now save on it. */
+  started() {
+    this.note.textContent = "Saved on this conversation when changed.";
   }
 
   number(input) {
@@ -94,6 +125,7 @@ export class SettingsPanel {
     this.temperature.value = params.temperature ?? "";
     this.maxTokens.value = params.max_tokens ?? "";
     this.systemPrompt.value = conversation?.system_prompt || "";
+    for (const input of [this.temperature, this.maxTokens]) this.check(input);
     this.note.textContent = conversation
       ? "Saved on this conversation when changed."
       : "Sent with the first message of this new chat.";

@@ -3,6 +3,11 @@ import { api } from "./api.js";
 import { iconButton } from "./icons.js";
 
 const SEARCH_DEBOUNCE_MS = 250;
+// Cancel is a plain button, not the form's first submit button: Enter in a field submits with confirm.
+for (const button of document.querySelectorAll("dialog [data-close]")) {
+  button.addEventListener("click", () => button.closest("dialog").close(button.value));
+}
+
 /** Opens a <dialog> and resolves true when its form is submitted with the confirm button. */
 function ask(dialog) {
   return new Promise((resolve) => {
@@ -57,7 +62,7 @@ export class Sidebar {
       const data = await api(`/api/conversations${query ? `?q=${encodeURIComponent(query)}` : ""}`, {
         signal: request.signal,
       });
-      this.render(data.conversations, query);
+      if (this.request === request) this.render(data.conversations, query);
     } catch (error) {
       if (error.name !== "AbortError") this.handlers.error(`Could not load conversations: ${error.message}`);
     }
