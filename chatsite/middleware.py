@@ -74,7 +74,8 @@ class CommonMiddleware(OnTheLoop, common.CommonMiddleware):
 
 
 class CsrfViewMiddleware(OnTheLoop, csrf.CsrfViewMiddleware):
-    pass
+    """A form POST without an X-CSRFToken header has its body parsed here, on the loop: forms are
+    small, and the one large body (an attachment upload) is csrf_exempt and checked on a thread."""
 
 
 class AuthenticationMiddleware(OnTheLoop, auth.AuthenticationMiddleware):
