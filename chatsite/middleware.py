@@ -6,14 +6,16 @@ everything below it, the view too, through a thread. For the hooks used here tha
 that is pure overhead, paid on every request and every `/v1` stream start (a profile showed
 thread hand-offs as ~40 % of the server's CPU per one-token request). So each is subclassed
 to run inline in async mode; the two whose response hook may write to the database
-(sessions, messages) go to a thread only when they have something to write.
+(sessions, messages) go to a thread only when they have something to write. Django's
+security, CSRF and X-Frame-Options middleware keep their own names (and their hand-offs):
+`check --deploy` looks for those names, and without them skips its HTTPS and HSTS checks.
 """
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
 from django.contrib.auth import middleware as auth
 from django.contrib.messages import middleware as messages
 from django.contrib.sessions import middleware as sessions
-from django.middleware import clickjacking, common, csrf, security
+from django.middleware import common
 from django.utils.cache import patch_cache_control
 from django.utils.deprecation import MiddlewareMixin
 from whitenoise.middleware import WhiteNoiseMiddleware
@@ -65,25 +67,12 @@ class OnTheLoop:
         return False
 
 
-class SecurityMiddleware(OnTheLoop, security.SecurityMiddleware):
-    pass
-
-
 class CommonMiddleware(OnTheLoop, common.CommonMiddleware):
     pass
 
 
-class CsrfViewMiddleware(OnTheLoop, csrf.CsrfViewMiddleware):
-    """A form POST without an X-CSRFToken header has its body parsed here, on the loop: forms are
-    small, and the one large body (an attachment upload) is csrf_exempt and checked on a thread."""
-
-
 class AuthenticationMiddleware(OnTheLoop, auth.AuthenticationMiddleware):
     """request.user stays lazy: the database is read only by a view that asks (in its own way)."""
-
-
-class XFrameOptionsMiddleware(OnTheLoop, clickjacking.XFrameOptionsMiddleware):
-    pass
 
 
 class SessionMiddleware(OnTheLoop, sessions.SessionMiddleware):
