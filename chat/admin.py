@@ -1,11 +1,14 @@
 """Staff views: providers (keys write-only), conversations with their messages, usage with totals."""
 
+from asgiref.sync import async_to_sync
 from django import forms
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.contrib.auth import get_user_model
 from django.contrib.auth.admin import UserAdmin
-from django.utils.html import format_html_join
+from django.urls import reverse
+from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
+from django.utils.timesince import timesince
 
 from .models import ApiToken, Attachment, Budget, Conversation, Message, Price, Provider, Usage
 from .models.attachments import human_size
@@ -37,13 +40,34 @@ class ProviderForm(forms.ModelForm):
 @admin.register(Provider)
 class ProviderAdmin(admin.ModelAdmin):
     form = ProviderForm
-    list_display = ["name", "base_url", "default_model", "max_connections", "enabled", "has_key", "updated"]
+    list_display = ["name", "base_url", "default_model", "enabled", "has_key", "health", "updated"]
     list_filter = ["enabled"]
     search_fields = ["name", "base_url"]
+    readonly_fields = ["reached", "last_error", "last_error_at"]
+    actions = ["test_connection"]
 
     @admin.display(boolean=True, description="key set")
     def has_key(self, provider):
         return bool(provider.api_key)
+
+    @admin.display(description="health")
+    def health(self, provider):
+        """The last success and, if it came after, the last error."""
+        if provider.last_error_at and (not provider.reached or provider.last_error_at > provider.reached):
+            return format_html(
+                '<span class="provider-error" title="{}">error {} ago</span>',
+                provider.last_error,
+                timesince(provider.last_error_at),
+            )
+        if provider.reached:
+            return format_html('<span class="provider-ok">reached {} ago</span>', timesince(provider.reached))
+        return "not tried yet"
+
+    @admin.action(description="Test connection (list the models now)")
+    def test_connection(self, request, queryset):
+        for provider in queryset:
+            reachable, said = async_to_sync(provider.acheck)()
+            self.message_user(request, said, messages.SUCCESS if reachable else messages.ERROR)
 
 
 def attachment_links(attachments) -> str:
@@ -59,11 +83,37 @@ class MessageInline(admin.StackedInline):
     model = Message
     extra = 0
     can_delete = False
-    fields = ["role", "status", "finish_reason", "model", "content", "attached", "reasoning", "error", "created"]
+    fields = [
+        "role", "status", "finish_reason", "model", "content", "attached", "reasoning", "thinking_ms", "tool_calls",
+        "error", "metered", "created",
+    ]  # fmt: skip
     readonly_fields = fields
 
     def has_add_permission(self, request, obj=None):
         return False
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).select_related("usage").prefetch_related("attachments")
+
+    @admin.display(description="usage")
+    def metered(self, message):
+        """The answer's usage as the chat shows it, linked to its usage row."""
+        usage = getattr(message, "usage", None)
+        if usage is None:
+            return "-"
+        approx = "≈" if usage.estimated else ""
+        parts = [f"{approx}{usage.prompt_tokens:,} in", f"{approx}{usage.completion_tokens:,} out"]
+        if usage.reasoning_tokens:
+            parts[-1] += f" ({usage.reasoning_tokens:,} reasoning)"
+        if usage.cost is not None:
+            parts.append(f"${usage.cost} ({usage.get_cost_source_display()})")
+        if usage.ttft_ms is not None:
+            parts.append(f"TTFT {usage.ttft_ms} ms")
+        if usage.tokens_per_second:
+            parts.append(f"{usage.tokens_per_second:.1f} tok/s")
+        parts.append(usage.status)
+        url = reverse("admin:chat_usage_change", args=[usage.pk])
+        return format_html('<a href="{}">{}</a>', url, " · ".join(parts))
 
     @admin.display(description="attachments")
     def attached(self, message):
@@ -100,9 +150,26 @@ class ConversationAdmin(admin.ModelAdmin):
     search_fields = ["title", "owner__username", "owner__email"]
     list_select_related = ["owner"]
     readonly_fields = ["owner", "model", "params", "created", "updated"]
-    fields = ["title", "owner", "model", "system_prompt", "params", "created", "updated"]
+    fields = ["title", "owner", "model", "system_prompt", "params", "created", "updated", "links"]
     inlines = [MessageInline]
     date_hierarchy = "updated"
+
+    def get_readonly_fields(self, request, obj=None):
+        return [*self.readonly_fields, "links"]
+
+    @admin.display(description="see also")
+    def links(self, conversation):
+        """The owner's figures on the usage dashboard and this conversation's usage rows."""
+        if conversation.pk is None:
+            return "-"
+        dashboard = f"{reverse('usage')}?user={conversation.owner_id}"
+        rows = f"{reverse('admin:chat_usage_changelist')}?message__conversation__id__exact={conversation.pk}"
+        return format_html(
+            '<a href="{}">{}\'s usage</a> · <a href="{}">usage rows of this conversation</a>',
+            dashboard,
+            conversation.owner,
+            rows,
+        )
 
 
 @admin.register(Usage)
@@ -111,6 +178,7 @@ class UsageAdmin(admin.ModelAdmin):
         "started",
         "user",
         "source",
+        "conversation",
         "model",
         "prompt_tokens",
         "completion_tokens",
@@ -134,11 +202,23 @@ class UsageAdmin(admin.ModelAdmin):
         ("token", admin.RelatedOnlyFieldListFilter),
     ]
     search_fields = ["user__username", "model", "upstream_id", "request_id"]
-    list_select_related = ["user"]
+    list_select_related = ["user", "message"]
     date_hierarchy = "started"
 
     def get_readonly_fields(self, request, obj=None):
         return [field.name for field in Usage._meta.fields]
+
+    def lookup_allowed(self, lookup, value, request=None):
+        # A conversation's admin page links to its usage rows by this lookup.
+        return lookup == "message__conversation__id__exact" or super().lookup_allowed(lookup, value, request)
+
+    @admin.display(description="conversation")
+    def conversation(self, usage):
+        """A link to the chat's conversation in the admin (API requests have none)."""
+        if usage.message is None:
+            return "-"
+        url = reverse("admin:chat_conversation_change", args=[usage.message.conversation_id])
+        return format_html('<a href="{}">#{}</a>', url, usage.message.conversation_id)
 
     def has_add_permission(self, request):
         return False

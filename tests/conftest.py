@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from dataclasses import dataclass
 
 import pytest
@@ -155,3 +156,70 @@ async def connect():
         await generation.wait_all()
     await upstream.close_shared_client()
     await get_channel_layer().flush()
+
+
+# --- the browser (the page's tests) ------------------------------------------------------
+
+ASYNC_UNSAFE = "DJANGO_ALLOW_ASYNC_UNSAFE"
+
+
+@pytest.fixture(scope="module")
+def browser(server):
+    """One Chromium for all the page tests (the system one: nothing is ever downloaded).
+
+    Module-scoped, not session-scoped: Playwright's sync API keeps an event loop marked as
+    running in this thread, which would break the asyncio tests of the modules that follow.
+    For the same reason Django's ORM, called by fixtures here, must be told it is safe; the
+    server was started before, so its process does not inherit that.
+    """
+    from playwright.sync_api import sync_playwright
+
+    from tests import page_helpers
+
+    previous = os.environ.get(ASYNC_UNSAFE)
+    os.environ[ASYNC_UNSAFE] = "1"
+    try:
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(
+                executable_path=page_helpers.CHROMIUM, headless=True, args=page_helpers.CHROMIUM_ARGS
+            )
+            yield browser
+            browser.close()
+    finally:
+        if previous is None:
+            del os.environ[ASYNC_UNSAFE]
+        else:
+            os.environ[ASYNC_UNSAFE] = previous
+
+
+@pytest.fixture
+def new_page(browser, server):
+    """new_page(user=None, url=server.url, **context options): a fresh context; page errors fail the test."""
+    from tests import page_helpers
+
+    contexts = []
+    errors: list[str] = []
+
+    def make(user=None, url=None, **options):
+        context = browser.new_context(base_url=url or server.url, **options)
+        contexts.append(context)
+        if user is not None:
+            page_helpers.sign_in(context, user, url or server.url)
+        page = context.new_page()
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        return page
+
+    yield make
+    for context in contexts:
+        context.close()
+    assert not errors, f"uncaught errors in the page: {errors}"
+
+
+@pytest.fixture
+def page(new_page, alice, providers):
+    """Alice, signed in, on an empty chat page (the default model: i14, which reasons first)."""
+    from tests import page_helpers
+
+    page = new_page(alice)
+    page_helpers.open_chat(page)
+    return page

@@ -8,6 +8,7 @@ from pathlib import Path
 from django.conf import settings
 from playwright.sync_api import BrowserContext, Locator, Page, expect
 
+from chat.models import Conversation, Message
 from tests.conftest import session_cookie
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -138,3 +139,12 @@ SOCKET_CONTROL = """
 def control_sockets(page: Page, mode: str = "open") -> None:
     """Put the page's websockets under the test's control (see SOCKET_CONTROL); before page.goto()."""
     page.add_init_script(SOCKET_CONTROL % mode)
+
+
+def conversation_for(user, title: str, *texts: str, model: str = CLAUDE) -> Conversation:
+    """A finished conversation stored directly: (user, assistant) message pairs from `texts`."""
+    conversation = Conversation.objects.create(owner=user, title=title, model=model)
+    for index, text in enumerate(texts):
+        role = Message.Role.USER if index % 2 == 0 else Message.Role.ASSISTANT
+        Message.objects.create(conversation=conversation, role=role, content=text, model=model.split("/", 1)[1])
+    return conversation

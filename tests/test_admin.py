@@ -88,6 +88,38 @@ def test_conversation_shows_its_messages_with_reasoning_and_status(staff_client,
     assert "Ocean poems" not in staff_client.get("/admin/chat/conversation/", {"q": "bob"}).content.decode()
 
 
+def test_a_conversations_messages_show_their_usage_and_link_to_its_rows(staff_client, history):
+    page = staff_client.get(f"/admin/chat/conversation/{history.pk}/change/").content.decode()
+    assert "10 in · 20 out (5 reasoning) · $0.25" in page and "TTFT 120 ms" in page  # as the chat shows it
+    usage = Usage.objects.get(message__conversation=history)
+    assert f'href="/admin/chat/usage/{usage.pk}/change/"' in page
+    rows = f"/admin/chat/usage/?message__conversation__id__exact={history.pk}"
+    assert rows.replace("&", "&amp;") in page or rows in page
+    listing = staff_client.get(rows)
+    assert listing.status_code == 200 and [u.pk for u in listing.context["cl"].result_list] == [usage.pk]
+    assert f'href="/admin/chat/conversation/{history.pk}/change/"' in listing.content.decode()
+    assert f"/usage/?user={history.owner_id}" in page
+
+
+def test_test_connection_reports_and_records_each_providers_health(staff_client, providers):
+    reachable = Provider.objects.get(name="i14")
+    dead = Provider.objects.create(name="gone", base_url="http://127.0.0.1:9/v1", api_key="k")
+    response = staff_client.post(
+        "/admin/chat/provider/",
+        {"action": "test_connection", "_selected_action": [reachable.pk, dead.pk]},
+        follow=True,
+    )
+    said = [str(message) for message in response.context["messages"]]
+    assert any(text.startswith("i14: reachable,") and "models listed in" in text for text in said), said
+    assert any(text.startswith("gone: cannot list its models") for text in said), said
+    reachable.refresh_from_db()
+    dead.refresh_from_db()
+    assert reachable.reached is not None and not reachable.last_error
+    assert dead.reached is None and dead.last_error and dead.last_error_at is not None
+    listing = staff_client.get("/admin/chat/provider/").content.decode()
+    assert "reached 0" in listing and 'class="provider-error"' in listing
+
+
 def test_usage_list_filters_and_totals(staff_client, history):
     def listing(**query):
         response = staff_client.get("/admin/chat/usage/", query)

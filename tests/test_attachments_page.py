@@ -19,7 +19,6 @@ from chat.models import Attachment, Conversation, Message
 from tests import files
 from tests.page_helpers import API14_MINI, CLAUDE, choose_model, open_chat, screenshot, wait_done
 from tests.test_attachments import limited  # noqa: F401  (the server with small limits, a fixture)
-from tests.test_page import browser, new_page  # noqa: F401  (fixtures)
 
 expect.set_options(timeout=15_000)
 NOTES = b"# Launch checklist\n\n- book the room\n- send the invitations\n"
@@ -27,7 +26,7 @@ REPORT = files.pdf("Revenue in October was 42 million euros.")
 
 
 @pytest.fixture
-def chat(new_page, alice, providers):  # noqa: F811
+def chat(new_page, alice, providers):
     """Alice, signed in, on an empty chat page."""
     page = new_page(alice)
     open_chat(page)

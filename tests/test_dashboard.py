@@ -263,27 +263,6 @@ def busy_month(users: dict[str, int]) -> None:
     Budget.objects.create(user_id=users["bob"], tokens=100_000)
 
 
-@pytest.fixture(scope="module")
-def browser(server):
-    """Debian's Chromium (nothing is downloaded); the ORM is called from fixtures under Playwright's loop."""
-    from playwright.sync_api import sync_playwright
-
-    from tests.page_helpers import CHROMIUM, CHROMIUM_ARGS
-
-    previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "1"
-    try:
-        with sync_playwright() as playwright:
-            browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-            yield browser
-            browser.close()
-    finally:
-        if previous is None:
-            del os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"]
-        else:
-            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
-
-
 @pytest.mark.parametrize("scheme", ["light", "dark"])
 def test_dashboard_in_a_browser_light_and_dark(browser, server, team, scheme, django_user_model):
     """The charts are drawn, the tables sort by a click, and a screenshot goes to docs/screenshots/."""

@@ -6,32 +6,28 @@ page, and "it grows while it streams" is checked by capturing a length and waiti
 
 from __future__ import annotations
 
-import os
 import re
 import threading
 
-import pytest
 from django.conf import settings
 from django.contrib.sessions.models import Session
 from django.db import connection
-from playwright.sync_api import expect, sync_playwright
+from playwright.sync_api import expect
 
 from chat.fakeupstream import _FILLER_WORDS, _REASONING_TEXT, _cycle_pieces
 from chat.models import ApiToken, Conversation, Message
 from tests.live import LiveServer, database_url
 from tests.page_helpers import (
     API14_MINI,
-    CHROMIUM,
-    CHROMIUM_ARGS,
     CLAUDE,
     answer_length,
     choose_model,
     control_sockets,
+    conversation_for,
     last_reply,
     open_chat,
     screenshot,
     send,
-    sign_in,
     wait_done,
     wait_longer_while_streaming,
 )
@@ -43,67 +39,6 @@ ASYNC_UNSAFE = "DJANGO_ALLOW_ASYNC_UNSAFE"
 def filler(chunks: int) -> str:
     """The text the fake streams for [[chunks:N]]."""
     return "".join(_FILLER_WORDS[i % len(_FILLER_WORDS)] + " " for i in range(chunks)).strip()
-
-
-@pytest.fixture(scope="module")
-def browser(server):
-    """One Chromium for all the page tests (the system one: nothing is ever downloaded).
-
-    Module-scoped, not session-scoped: Playwright's sync API keeps an event loop marked as
-    running in this thread, which would break the asyncio tests of the modules that follow.
-    For the same reason Django's ORM, called by fixtures here, must be told it is safe; the
-    server was started before, so its process does not inherit that.
-    """
-    previous = os.environ.get(ASYNC_UNSAFE)
-    os.environ[ASYNC_UNSAFE] = "1"
-    try:
-        with sync_playwright() as playwright:
-            browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-            yield browser
-            browser.close()
-    finally:
-        if previous is None:
-            del os.environ[ASYNC_UNSAFE]
-        else:
-            os.environ[ASYNC_UNSAFE] = previous
-
-
-@pytest.fixture
-def new_page(browser, server):
-    """new_page(user=None, url=server.url, **context options): a fresh context; page errors fail the test."""
-    contexts = []
-    errors: list[str] = []
-
-    def make(user=None, url=None, **options):
-        context = browser.new_context(base_url=url or server.url, **options)
-        contexts.append(context)
-        if user is not None:
-            sign_in(context, user, url or server.url)
-        page = context.new_page()
-        page.on("pageerror", lambda error: errors.append(str(error)))
-        return page
-
-    yield make
-    for context in contexts:
-        context.close()
-    assert not errors, f"uncaught errors in the page: {errors}"
-
-
-@pytest.fixture
-def page(new_page, alice, providers):
-    """Alice, signed in, on an empty chat page (the default model: i14, which reasons first)."""
-    page = new_page(alice)
-    open_chat(page)
-    return page
-
-
-def conversation_for(user, title: str, *texts: str, model: str = CLAUDE) -> Conversation:
-    """A finished conversation stored directly: (user, assistant) message pairs from `texts`."""
-    conversation = Conversation.objects.create(owner=user, title=title, model=model)
-    for index, text in enumerate(texts):
-        role = Message.Role.USER if index % 2 == 0 else Message.Role.ASSISTANT
-        Message.objects.create(conversation=conversation, role=role, content=text, model=model.split("/", 1)[1])
-    return conversation
 
 
 # --- signing in -------------------------------------------------------------------
@@ -190,7 +125,12 @@ def test_send_and_watch_the_reply_grow_while_it_streams(page):
     assert box.evaluate("el => el.offsetHeight") > height  # it grows with the text
     reply = send(page, "[[delay:40]] [[chunks:120]] hello")
     first = wait_longer_while_streaming(page, reply, 0)
-    expect(box).to_be_disabled()  # one stream per conversation
+    # The box keeps the focus and takes the next message meanwhile, but one stream per conversation.
+    expect(box).to_be_focused()
+    box.fill("the next question")
+    box.press("Enter")
+    expect(box).to_have_value("the next question")
+    expect(page.locator("article.message.user")).to_have_count(1)
     expect(page.get_by_role("button", name="Stop")).to_be_visible()
     expect(page.get_by_role("button", name="Send")).to_be_hidden()
     second = wait_longer_while_streaming(page, reply, first)
@@ -198,7 +138,7 @@ def test_send_and_watch_the_reply_grow_while_it_streams(page):
     screenshot(page, "streaming")
     wait_done(reply)
     expect(reply.locator(".answer")).to_have_text(filler(120))
-    expect(box).to_be_enabled()
+    expect(box).to_have_value("the next question")  # kept, to send now
     expect(page.get_by_role("button", name="Send")).to_be_visible()
     expect(page).to_have_url(re.compile(r"/c/\d+/$"))
 

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.db import models
+from django.db import DatabaseError, models
+from django.utils import timezone
 
 from .. import upstream
 from .base import MODEL_MAX_LENGTH, ChatError
@@ -151,6 +152,10 @@ class Provider(models.Model):
     )
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
+    # Health, from the last time its models were listed (a few minutes apart) or it was tested in the admin.
+    reached = models.DateTimeField("last reached", null=True, blank=True)
+    last_error = models.TextField(blank=True)
+    last_error_at = models.DateTimeField("last error at", null=True, blank=True)
 
     objects = ProviderQuerySet.as_manager()
 
@@ -194,6 +199,31 @@ class Provider(models.Model):
                     }
                 )
 
+    async def acheck(self) -> tuple[bool, str]:
+        """Ask the upstream for its models now (the admin's "Test connection"); recorded as its health."""
+        started = time.monotonic()
+        try:
+            async with upstream.make_client(2, allow_link_local=settings.UPSTREAM_ALLOW_LINK_LOCAL) as http:
+                ids = await upstream.list_models(http, self.base_url, self.api_key, timeouts())
+        except upstream.UpstreamError as exc:
+            await self.arecord_health(str(exc))
+            return False, f"{self.name}: cannot list its models: {exc}"
+        await self.arecord_health()
+        took = round((time.monotonic() - started) * 1000)
+        return True, f"{self.name}: reachable, {len(ids)} models listed in {took} ms."
+
+    async def arecord_health(self, error: str = "") -> None:
+        """Remember the last success or error; a database hiccup here must not fail a request."""
+        now = timezone.now()
+        fields = {"last_error": error[:1000], "last_error_at": now} if error else {"reached": now}
+        try:
+            await Provider.objects.filter(pk=self.pk).aupdate(**fields)
+        except DatabaseError as exc:
+            log.warning("provider %s: cannot record its health: %s", self.name, exc)
+            return
+        for name, value in fields.items():
+            setattr(self, name, value)
+
     def accepts_images(self, model: str) -> bool:
         """Whether staff marked this model (or all of the provider's) as accepting images."""
         marked = {line.strip() for line in self.image_models.splitlines() if line.strip()}
@@ -213,9 +243,11 @@ class Provider(models.Model):
             # An id too long for the model columns (stored as name/id) could never be saved.
             longest = MODEL_MAX_LENGTH - len(self.name) - 1
             ids = [model_id for model_id in ids if len(model_id) <= longest]
+            await self.arecord_health()
         except upstream.UpstreamError as exc:
             log.warning("provider %s: cannot list models: %s", self.name, exc)
             ids, ttl = [], 30
+            await self.arecord_health(str(exc))
         if self.default_model and self.default_model not in ids:
             ids.insert(0, self.default_model)
         _model_cache[self.pk] = (time.monotonic() + ttl, self.updated, ids)

@@ -105,12 +105,13 @@ function setTitle(title) {
 
 function updateComposer() {
   const streaming = state.streaming !== null;
+  // The box stays usable (and keeps the focus) while an answer streams: the next message can be
+  // typed meanwhile; it is sent once the answer is done.
   if (!streaming) {
     ui.stop.disabled = false;
     ui.stop.setAttribute("aria-label", "Stop");
     ui.stop.title = "Stop (Esc)";
   }
-  ui.input.disabled = streaming || state.pending !== null;
   ui.send.hidden = streaming;
   ui.stop.hidden = !streaming;
   ui.send.disabled = state.pending !== null;
@@ -367,6 +368,7 @@ function onStarted(frame) {
       }
     }
     setTitle(frame.title);
+    announce("");
     const view = addView({ id: frame.message, role: "assistant", status: "streaming", model: frame.model });
     state.streaming = frame.message;
     updateComposer();
@@ -385,9 +387,18 @@ function onStarted(frame) {
   return null;
 }
 
+// Screen readers hear a finished answer once, not every token.
+function announce(text) {
+  $("announce").textContent = text;
+}
+
 function onDone(frame) {
   const view = state.views.get(frame.message);
   if (view) view.finish(frame);
+  if (view && frame.conversation === state.conversation) {
+    const how = { complete: "Answer finished", stopped: "Answer stopped", interrupted: "Answer interrupted" };
+    announce(`${how[frame.status] || "Answer failed"}: ${view.content.trim().slice(0, 200)}`);
+  }
   if (state.streaming === frame.message) {
     state.streaming = null;
     updateComposer();
@@ -532,6 +543,10 @@ ui.input.addEventListener("input", autogrow);
 ui.stop.addEventListener("click", stop);
 $("retry-now").addEventListener("click", () => socket.retryNow());
 $("new-chat").addEventListener("click", () => newChat());
+$("skip-link").addEventListener("click", (event) => {
+  event.preventDefault();
+  ui.input.focus();
+});
 
 ui.thread.addEventListener("click", (event) => {
   const button = event.target.closest("button[data-action]");

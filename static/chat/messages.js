@@ -59,6 +59,8 @@ export class MessageView {
     this.seq = 0; // the last delta applied
     this.awaitingSnapshot = false; // after attach: deltas wait for the snapshot
     this.article = element("article", `message ${message.role}`);
+    const model = message.model ? ` from ${message.model}` : "";
+    this.article.setAttribute("aria-label", message.role === "user" ? "You said" : `Answer${model}`);
     this.onPaint = onPaint || (() => {});
     if (message.role === "user") this.buildUser(message);
     else this.buildAssistant(message);

@@ -25,7 +25,7 @@ function codeBlock({ text, lang }) {
   return (
     `<div class="code-block"><div class="code-head"><span class="code-lang">${escapeHtml(language || "text")}</span>` +
     `<button type="button" class="copy-code" aria-label="Copy code">Copy</button></div>` +
-    `<pre><code class="hljs${known ? ` language-${escapeHtml(language)}` : ""}">${body}</code></pre></div>`
+    `<pre tabindex="0"><code class="hljs${known ? ` language-${escapeHtml(language)}` : ""}">${body}</code></pre></div>`
   );
 }
 

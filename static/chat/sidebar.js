@@ -69,9 +69,16 @@ export class Sidebar {
   }
 
   render(conversations, query) {
+    // A keyboard user's place in the list survives the redraw (after a rename, say).
+    const focused = this.list.contains(document.activeElement) ? document.activeElement : null;
+    const place = focused && [focused.closest("li")?.dataset.conversationId, focused.dataset.action];
     this.items = new Map(conversations.map((c) => [c.id, c]));
     const rows = conversations.map((conversation) => this.row(conversation));
     this.list.replaceChildren(...rows);
+    if (place) {
+      const row = this.list.querySelector(`li[data-conversation-id="${place[0]}"]`);
+      row?.querySelector(place[1] ? `[data-action="${place[1]}"]` : "a")?.focus();
+    }
     this.list.dataset.query = query;
     this.empty.textContent = query ? "No conversation matches." : "No conversations yet.";
     this.empty.hidden = conversations.length > 0;
