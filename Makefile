@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test lint bench lock
+.PHONY: run test lint bench bench-deps bench-lock lock
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -60,5 +60,24 @@ lint: $(VENV)/.test-deps
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
+# bench/compare.py's peer (LiteLLM's proxy), its chart (matplotlib) and py-spy live in a venv of their
+# own, bench/.venv, from bench/requirements.lock: never in the server's or the tests' locks.
+bench/.venv/.deps: bench/requirements.lock
+	$(PYTHON) -m venv bench/.venv
+	bench/.venv/bin/pip install --quiet --require-hashes -r bench/requirements.lock
+	touch $@
+
+bench-deps: bench/.venv/.deps
+
+bench-lock: | $(BIN)/python
+	$(BIN)/pip install --quiet "$$(grep '^uv==' tests/requirements.txt)"
+	env -u UV_INDEX -u UV_EXTRA_INDEX_URL -u UV_FIND_LINKS -u UV_CONSTRAINT $(BIN)/uv pip compile --quiet \
+	--no-config --python-version 3.11 --generate-hashes --custom-compile-command "make bench-lock" $(LOCK_ARGS) \
+	--output-file bench/requirements.lock bench/requirements.txt
+
+# About 20 minutes: compare.py (~10, against LiteLLM too once `make bench-deps` has run), then the others.
 bench: $(VENV)/.test-deps
+	$(BIN)/python bench/compare.py
 	$(BIN)/python bench/stream_bench.py
+	$(BIN)/python bench/server_bench.py
+	$(BIN)/python bench/budget_bench.py

@@ -9,7 +9,7 @@ from contextlib import AsyncExitStack
 from datetime import timedelta
 
 import orjson
-from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async
 from django.conf import settings
 from django.db import transaction
 from django.http import HttpResponse, StreamingHttpResponse
@@ -82,9 +82,14 @@ async def authenticate(request) -> ApiToken | None:
     scheme, _, secret = request.headers.get("Authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not secret.strip():
         return None
-    token = await sync_to_async(ApiToken.objects.for_secret)(secret.strip())
+    return await database_sync_to_async(token_for)(secret.strip())
+
+
+def token_for(secret: str) -> ApiToken | None:
+    """The active token with this secret, its use noted at most once a minute."""
+    token = ApiToken.objects.for_secret(secret)
     if token is not None and (token.last_used is None or timezone.now() - token.last_used > timedelta(minutes=1)):
-        await sync_to_async(touch_last_used)(token)
+        touch_last_used(token)
     return token
 
 
@@ -155,7 +160,9 @@ async def chat_completions(request):
         await process.ensure_started()
         meter.worker_id = process.worker_id()
         # A short wait for SQLite's write lock: a busy database is a quick 503 with Retry-After.
-        await sync_to_async(busy.waiting_briefly(meter.begin))()
+        # Channels' wrapper closes the connection after (back to the pool on PostgreSQL): a
+        # stream does not hold one while it runs.
+        await database_sync_to_async(busy.waiting_briefly(meter.begin))()
     except limits.LimitExceeded as exc:
         return too_many(exc)
     except busy.UNAVAILABLE as exc:
@@ -285,7 +292,7 @@ def too_many(exc: limits.LimitExceeded) -> HttpResponse:
 async def over_budget(meter: Meter, exc: budgets.BudgetExceeded) -> HttpResponse:
     """429 with OpenAI's out-of-quota type (the SDKs raise RateLimitError); the refusal gets a usage row."""
     try:
-        await sync_to_async(meter.refuse)(exc)
+        await database_sync_to_async(meter.refuse)(exc)
     except Exception:
         log.exception("could not record a refused API request for %s", meter.token.user)
     return openai_error(429, exc.detail, "insufficient_quota", exc.code)
@@ -401,7 +408,7 @@ class Meter:
         # again, so the usage of an answer already given is not lost.
         for pause in (*RECORD_RETRY_PAUSES, None):
             try:
-                await sync_to_async(self._save)(status, error, usage)
+                await database_sync_to_async(self._save)(status, error, usage)
                 return
             except busy.UNAVAILABLE as exc:
                 if pause is None:
@@ -417,7 +424,8 @@ class Meter:
         message = None
         if settings.API_STORE_CONVERSATIONS:
             message = self._store_conversation(status, error)
-        budgets.settle(self.usage_id, {"message": message, **Usage.ending(self.state, status, error, usage)})
+        row = {"provider_id": self.entry.provider.pk, "model": self.entry.model, "started": self.started}
+        budgets.settle(self.usage_id, {"message": message, **Usage.ending(self.state, status, error, usage)}, row)
 
     def _store_conversation(self, status: str, error: str) -> Message:
         messages = self.body["messages"]

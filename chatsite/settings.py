@@ -83,16 +83,19 @@ INSTALLED_APPS = [
     "chat",
 ]
 
+# Most of Django's own subclassed in chatsite/middleware.py to run on the event loop (no thread
+# hand-off per hook), and WhiteNoise made async-capable there. Security, CSRF and X-Frame-Options
+# keep Django's names: `check --deploy` looks for them.
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "chatsite.middleware.ContentSecurityPolicyMiddleware",
     "chatsite.middleware.NoStoreMiddleware",
-    "whitenoise.middleware.WhiteNoiseMiddleware",
-    "django.contrib.sessions.middleware.SessionMiddleware",
-    "django.middleware.common.CommonMiddleware",
+    "chatsite.middleware.StaticFilesMiddleware",
+    "chatsite.middleware.SessionMiddleware",
+    "chatsite.middleware.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
-    "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "django.contrib.messages.middleware.MessageMiddleware",
+    "chatsite.middleware.AuthenticationMiddleware",
+    "chatsite.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # Near the end, so it sees a view's exception early: a busy database answers 503, not 500.
     "chat.busy.DatabaseBusyMiddleware",
@@ -124,6 +127,27 @@ TEMPLATES = [
 DATABASES = {
     "default": dj_database_url.parse(env("DATABASE_URL", f"sqlite:///{BASE_DIR / 'db.sqlite3'}"), conn_max_age=0)
 }
+# PostgreSQL: a pool of connections per process, when DATABASE_POOL_SIZE is set. Opening a
+# connection costs a few ms (a new backend with cold caches), which every stream start and every
+# websocket message pays without it. Django's persistent connections (CONN_MAX_AGE) are no answer
+# under ASGI: a connection belongs to one request's or one socket's context, so /v1 requests leaked
+# one each (51 open after 300 requests) and every open socket would hold one. Pooled, a connection
+# goes back to the pool when Django closes it (after each request and each of Channels' database
+# calls) and is checked before reuse. Off by default: through a database outage the pool waits
+# for a connection where a fresh connect fails at once, which changes how partial saves and
+# leases behave mid-outage (tests/test_scaleout.py's outage test fails with it, for now).
+DATABASE_POOL_SIZE = env_number("DATABASE_POOL_SIZE", 0)
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and DATABASE_POOL_SIZE:
+    DATABASES["default"]["CONN_HEALTH_CHECKS"] = True  # for a pool: each connection checked when taken
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": 2,
+        "max_size": DATABASE_POOL_SIZE,
+        # A request that finds every connection busy waits this long, then fails (503 database_unavailable).
+        "timeout": 5,
+        # After an outage, a new connection is tried at least every 2 s (the pool's own backoff
+        # grows to minutes, so a process stayed without its database, and its lease, long after).
+        "reconnect_timeout": 2,
+    }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["OPTIONS"] = {
         "transaction_mode": "IMMEDIATE",
