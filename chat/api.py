@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import weakref
 from contextlib import AsyncExitStack
 from datetime import timedelta
 
@@ -32,7 +31,7 @@ from .models import (
     timeouts,
 )
 from .params import has_images
-from .relay import Relay, RequestError, error_body, message_text, parse_request, prompt_chars, upstream_body
+from .relay import Relay, RequestError, error_body, message_text, parse_request, prompt_chars, running, upstream_body
 
 log = logging.getLogger(__name__)
 
@@ -43,25 +42,6 @@ _recording: set[asyncio.Task] = set()
 
 # Passed on from the upstream's response to the client's.
 PASSED_HEADERS = ("x-request-id", "retry-after")
-
-# The streams this process is relaying, for ending them at shutdown.
-_relays: weakref.WeakSet[Relay] = weakref.WeakSet()
-# Whose each of them is, for ending a deactivated user's streams.
-_relay_users: weakref.WeakKeyDictionary[Relay, int] = weakref.WeakKeyDictionary()
-
-
-def interrupt_streams(reason: str) -> None:
-    """End every running `/v1` stream: each client gets an error event and [DONE], each is metered."""
-    for relay in list(_relays):
-        relay.interrupt(reason)
-
-
-def interrupt_user_streams(user_id: int, reason: str) -> int:
-    """End one user's running `/v1` streams in this process, as at shutdown; how many there were."""
-    ending = [relay for relay, owner in list(_relay_users.items()) if owner == user_id]
-    for relay in ending:
-        relay.interrupt(reason)
-    return len(ending)
 
 
 def openai_error(status: int, message: str, type: str, code: str | None = None) -> HttpResponse:
@@ -210,8 +190,7 @@ async def stream_completion(meter: Meter, payload: dict, wants_usage: bool, flow
         return refused
     meter.state.request_id = stream.request_id or ""
     relay = Relay(stream, meter.state, forward_usage=wants_usage, heartbeat=settings.API_HEARTBEAT_SECONDS)
-    _relays.add(relay)
-    _relay_users[relay] = meter.token.user_id
+    running.add(relay, meter.token.user_id)
 
     async def body():
         try:

@@ -58,9 +58,9 @@ async def end_streams(reason: str) -> None:
     Their text and usage are saved now instead of waiting for the next start-up to find
     them still `streaming`; called by chatsite.server once the shutdown grace is over.
     """
-    from . import api, generation
+    from . import generation, relay
 
-    api.interrupt_streams(reason)
+    relay.running.interrupt(reason)
     await generation.shutdown()
 
 

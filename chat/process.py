@@ -25,6 +25,7 @@ from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
 
+from . import relay
 from .generation import Generation, running_generation, send_done, stop_user, track
 from .models import Message, Usage, Worker
 
@@ -254,8 +255,6 @@ def end_user_streams(user_id: int) -> None:
 
 def end_local_streams(user_id: int) -> None:
     """Stop this process's streams of one user: chat generations and `/v1` relays."""
-    from . import api  # api imports this module
-
-    stopped = stop_user(user_id) + api.interrupt_user_streams(user_id, DEACTIVATED)
+    stopped = stop_user(user_id) + relay.running.interrupt(DEACTIVATED, owner=user_id)
     if stopped:
         log.info("stopped %d stream(s) of deactivated user %s", stopped, user_id)
