@@ -113,6 +113,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             settings.CHAT_FRAME_RATE, settings.CHAT_FRAME_BURST, asyncio.get_running_loop().time()
         )
         self.closing = False
+        sessions.socket_opened(user.pk)
         try:
             await self.channel_layer.group_add(sessions.user_group(user.pk), self.channel_name)
         except Exception as exc:  # the socket still works; the per-frame session check still holds
@@ -136,6 +137,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         for wait in getattr(self, "waits", ()):
             wait.cancel()
         if hasattr(self, "user"):
+            sessions.socket_closed(self.user.pk)
             try:
                 await self.channel_layer.group_discard(sessions.user_group(self.user.pk), self.channel_name)
             except Exception as exc:  # the membership expires with the layer's group expiry

@@ -507,6 +507,11 @@ def stop_user(user_id: int) -> int:
     return len(stopping)
 
 
+def running_users() -> set[int]:
+    """Whose generations this process is running."""
+    return {generation.job.user_id for generation in _running.values() if generation.job.user_id is not None}
+
+
 def running() -> list[asyncio.Task]:
     """The generations this process is running."""
     return list(_streams)

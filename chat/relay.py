@@ -118,6 +118,10 @@ class Running:
     def add(self, relay: Relay, owner: int) -> None:
         self._owners[relay] = owner
 
+    def owners(self) -> set[int]:
+        """Whose streams are running."""
+        return set(self._owners.values())
+
     def interrupt(self, reason: str, owner: int | None = None) -> int:
         """End the running streams (only `owner`'s, if given): an error event and [DONE] each; how many."""
         ending = [relay for relay, who in list(self._owners.items()) if owner is None or who == owner]

@@ -12,6 +12,7 @@ active), so only the sessions that really ended are closed, on every process.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from importlib import import_module
 from types import SimpleNamespace
 
@@ -34,6 +35,25 @@ AUTH_FIELDS = frozenset({"password", "is_active"})
 def user_group(user_id: int) -> str:
     """The channel-layer group of every socket of one user."""
     return f"chat.user.{user_id}"
+
+
+# How many sockets each signed-in user has open on this process (chat/process.py watches them).
+_sockets: Counter[int] = Counter()
+
+
+def socket_opened(user_id: int) -> None:
+    _sockets[user_id] += 1
+
+
+def socket_closed(user_id: int) -> None:
+    _sockets[user_id] -= 1
+    if _sockets[user_id] <= 0:
+        del _sockets[user_id]
+
+
+def connected_users() -> set[int]:
+    """The users with a socket open on this process."""
+    return set(_sockets)
 
 
 def session_is_valid(session_key: str | None, user_id: int) -> bool:

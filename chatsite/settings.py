@@ -329,6 +329,9 @@ CHAT_SAVE_INTERVAL = env_number("CHAT_SAVE_INTERVAL", 1.0, float)
 # Every serving process renews a lease row every CHAT_LEASE_SECONDS / 4; a process whose
 # lease is older than this is dead, and the others mark its streams interrupted.
 CHAT_LEASE_SECONDS = env_number("CHAT_LEASE_SECONDS", 6.0, float)
+# How often each process checks that the people connected to it are still active accounts
+# (deactivated by a command in another process, or in bulk: signed out here within this).
+CHAT_ACCOUNT_CHECK_SECONDS = env_number("CHAT_ACCOUNT_CHECK_SECONDS", 1.0, float)
 # Retention: `manage.py purge` deletes conversations untouched for this many days (0: never).
 CHAT_RETENTION_DAYS = env_number("CHAT_RETENTION_DAYS", 0)
 # Whether owners see who (other than them) read their conversations: a "Reviewed by" line.

@@ -240,6 +240,36 @@ async def test_manage_py_deactivate_deletes_sessions_and_refuses_tokens(browsers
     assert "already deactivated" in out.getvalue()
 
 
+async def test_manage_py_deactivate_from_another_process_closes_sockets_and_stops_streams_in_a_second(
+    browsers, alice, providers, fake
+):
+    """Without Redis the command cannot reach the server: the server notices the account within a second."""
+    browser = await browsers(alice)
+    async with browser.socket() as ws:
+        await send(ws, type="send", conversation=None, content=SLOW, model=CLAUDE)
+        started = (await until(ws, "delta"))[0]
+        await sync_to_async(call_command)("deactivate", "alice", stdout=io.StringIO())
+        deactivated = time.monotonic()
+        assert await close_code(ws) == 4401
+        assert time.monotonic() - deactivated < 3
+    assert await asyncio.to_thread(fake.app.last().disconnected.wait, 10)  # the stream was stopped
+    for _ in range(50):  # then saved, on the server process, with no event to await here
+        if (reply := await Message.objects.aget(pk=started["message"])).status != "streaming":
+            break
+        await asyncio.sleep(0.1)
+    assert reply.status == "stopped"
+
+
+async def test_a_bulk_deactivation_that_sends_no_signal_still_closes_the_sockets(
+    browsers, alice, bob, django_user_model
+):
+    async with (await browsers(alice)).socket() as ws, (await browsers(bob)).socket() as bobs:
+        assert await still_open(ws)
+        await django_user_model.objects.filter(pk=alice.pk).aupdate(is_active=False)
+        assert await close_code(ws) == 4401
+        assert await still_open(bobs)
+
+
 async def test_deleting_a_user_in_the_admin_closes_their_sockets(fresh, browsers, alice, bob, admin_user):
     staff, other = await browsers(admin_user), await browsers(bob)
     async with (await browsers(alice)).socket() as ws, other.socket() as bobs:
