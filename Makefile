@@ -1,5 +1,5 @@
 # The two commands: `make run` (set up and serve on http://127.0.0.1:8000) and `make test`;
-# `make lock` after changing requirements.txt or tests/requirements.txt.
+# `make lock` after changing requirements.txt, requirements-ldap.txt or tests/requirements.txt.
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test lint bench lock
+.PHONY: run test lint bench bench-deps bench-lock lock
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -19,7 +19,7 @@ $(VENV)/.server-deps: requirements.lock | $(BIN)/python
 	$(BIN)/pip install --quiet --require-hashes -r requirements.lock
 	touch $@
 
-$(VENV)/.test-deps: requirements.lock tests/requirements.lock | $(BIN)/python
+$(VENV)/.test-deps: requirements.lock requirements-ldap.lock tests/requirements.lock | $(BIN)/python
 	$(BIN)/pip install --quiet --require-hashes -r tests/requirements.lock
 	touch $@ $(VENV)/.server-deps
 
@@ -34,20 +34,24 @@ UV_COMPILE = env -u UV_INDEX -u UV_EXTRA_INDEX_URL -u UV_FIND_LINKS -u UV_CONSTR
 lock: | $(BIN)/python
 	$(BIN)/pip install --quiet "$$(grep '^uv==' tests/requirements.txt)"
 	$(UV_COMPILE) --output-file requirements.lock requirements.txt
+	$(UV_COMPILE) --constraints requirements.lock --output-file requirements-ldap.lock requirements-ldap.txt
 	$(UV_COMPILE) --constraints requirements.lock --output-file tests/requirements.lock tests/requirements.txt
 
 # Settings come from the environment; a .env file, if present, is read first.
 run: $(VENV)/.server-deps
 	set -a; [ ! -f .env ] || . ./.env; set +a; \
 	export PORT="$${PORT:-$(PORT)}"; \
+	[ -z "$$LDAP_SERVER_URI" ] || $(BIN)/pip install --quiet --require-hashes -r requirements-ldap.lock && \
 	$(BIN)/python manage.py migrate --noinput && \
 	$(BIN)/python manage.py collectstatic --noinput --verbosity 0 && \
 	$(BIN)/python manage.py ensureadmin && \
 	echo "Serving on http://$(HOST):$$PORT/" && \
 	exec $(BIN)/python -m chatsite.server -b $(HOST) -p "$$PORT" chatsite.asgi:application
 
-test: $(VENV)/.test-deps
+# prepare.sh first: it installs the Debian packages python-ldap (requirements-ldap.txt) builds against.
+test: | $(BIN)/python
 	tests/prepare.sh
+	$(MAKE) $(VENV)/.test-deps
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest
@@ -56,5 +60,24 @@ lint: $(VENV)/.test-deps
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
+# bench/compare.py's peer (LiteLLM's proxy), its chart (matplotlib) and py-spy live in a venv of their
+# own, bench/.venv, from bench/requirements.lock: never in the server's or the tests' locks.
+bench/.venv/.deps: bench/requirements.lock
+	$(PYTHON) -m venv bench/.venv
+	bench/.venv/bin/pip install --quiet --require-hashes -r bench/requirements.lock
+	touch $@
+
+bench-deps: bench/.venv/.deps
+
+bench-lock: | $(BIN)/python
+	$(BIN)/pip install --quiet "$$(grep '^uv==' tests/requirements.txt)"
+	env -u UV_INDEX -u UV_EXTRA_INDEX_URL -u UV_FIND_LINKS -u UV_CONSTRAINT $(BIN)/uv pip compile --quiet \
+	--no-config --python-version 3.11 --generate-hashes --custom-compile-command "make bench-lock" $(LOCK_ARGS) \
+	--output-file bench/requirements.lock bench/requirements.txt
+
+# About 20 minutes: compare.py (~10, against LiteLLM too once `make bench-deps` has run), then the others.
 bench: $(VENV)/.test-deps
+	$(BIN)/python bench/compare.py
 	$(BIN)/python bench/stream_bench.py
+	$(BIN)/python bench/server_bench.py
+	$(BIN)/python bench/budget_bench.py

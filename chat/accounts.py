@@ -21,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from asgiref.sync import sync_to_async
 from axes.backends import AxesStandaloneBackend
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.contrib.auth.backends import ModelBackend
 from django.contrib.auth.forms import AuthenticationForm
 from django.core.exceptions import ValidationError
@@ -74,10 +75,21 @@ class BoundedModelBackend(ModelBackend):
             raise ValidationError(BUSY, code="busy")
         hash_stats.enter()
         try:
-            return super().authenticate(request, username=username, password=password, **kwargs)
+            return super().authenticate(request, username=username_for(username), password=password, **kwargs)
         finally:
             hash_stats.leave()
             _hash_slots.release()
+
+
+def username_for(login: str | None) -> str | None:
+    """The username someone signs in as: their username, or the e-mail address of exactly one account."""
+    if not login or "@" not in login:
+        return login
+    users = get_user_model()._default_manager
+    if users.filter(username=login).exists():
+        return login
+    found = list(users.filter(email__iexact=login).values_list("username", flat=True)[:2])
+    return found[0] if len(found) == 1 else login
 
 
 _pool = ThreadPoolExecutor(max_workers=settings.AUTH_HASH_CONCURRENCY, thread_name_prefix="sign-in")

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import weakref
 from contextlib import AsyncExitStack
 from datetime import timedelta
 
 import orjson
-from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async
 from django.conf import settings
 from django.db import transaction
 from django.http import HttpResponse, StreamingHttpResponse
@@ -25,13 +24,14 @@ from .models import (
     Message,
     Provider,
     Usage,
+    access_for,
     client,
     fit,
     stream_state,
     timeouts,
 )
 from .params import has_images
-from .relay import Relay, RequestError, error_body, message_text, parse_request, prompt_chars, upstream_body
+from .relay import Relay, RequestError, error_body, message_text, parse_request, prompt_chars, running, upstream_body
 
 log = logging.getLogger(__name__)
 
@@ -42,15 +42,6 @@ _recording: set[asyncio.Task] = set()
 
 # Passed on from the upstream's response to the client's.
 PASSED_HEADERS = ("x-request-id", "retry-after")
-
-# The streams this process is relaying, for ending them at shutdown.
-_relays: weakref.WeakSet[Relay] = weakref.WeakSet()
-
-
-def interrupt_streams(reason: str) -> None:
-    """End every running `/v1` stream: each client gets an error event and [DONE], each is metered."""
-    for relay in list(_relays):
-        relay.interrupt(reason)
 
 
 def openai_error(status: int, message: str, type: str, code: str | None = None) -> HttpResponse:
@@ -71,9 +62,14 @@ async def authenticate(request) -> ApiToken | None:
     scheme, _, secret = request.headers.get("Authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not secret.strip():
         return None
-    token = await sync_to_async(ApiToken.objects.for_secret)(secret.strip())
+    return await database_sync_to_async(token_for)(secret.strip())
+
+
+def token_for(secret: str) -> ApiToken | None:
+    """The active token with this secret, its use noted at most once a minute."""
+    token = ApiToken.objects.for_secret(secret)
     if token is not None and (token.last_used is None or timezone.now() - token.last_used > timedelta(minutes=1)):
-        await sync_to_async(touch_last_used)(token)
+        touch_last_used(token)
     return token
 
 
@@ -127,8 +123,10 @@ async def chat_completions(request):
     except RequestError as exc:
         return HttpResponse(exc.body(), status=exc.status, content_type="application/json")
     try:
-        entry = await Provider.objects.aresolve(body["model"])
+        entry = await Provider.objects.aresolve(body["model"], await access_for(token.user))
     except ChatError as exc:
+        if exc.code == "model_not_allowed":  # i14's own refusal of a model, in its shape
+            return openai_error(403, exc.detail, "permission_error", "model_not_allowed")
         return openai_error(404, exc.detail, "invalid_request_error", "model_not_found")
     if has_images(body["messages"]) and not entry.provider.accepts_images(entry.model):
         return openai_error(
@@ -142,7 +140,9 @@ async def chat_completions(request):
         await process.ensure_started()
         meter.worker_id = process.worker_id()
         # A short wait for SQLite's write lock: a busy database is a quick 503 with Retry-After.
-        await sync_to_async(busy.waiting_briefly(meter.begin))()
+        # Channels' wrapper closes the connection after (back to the pool on PostgreSQL): a
+        # stream does not hold one while it runs.
+        await database_sync_to_async(busy.waiting_briefly(meter.begin))()
     except limits.LimitExceeded as exc:
         return too_many(exc)
     except busy.UNAVAILABLE as exc:
@@ -190,7 +190,7 @@ async def stream_completion(meter: Meter, payload: dict, wants_usage: bool, flow
         return refused
     meter.state.request_id = stream.request_id or ""
     relay = Relay(stream, meter.state, forward_usage=wants_usage, heartbeat=settings.API_HEARTBEAT_SECONDS)
-    _relays.add(relay)
+    running.add(relay, meter.token.user_id)
 
     async def body():
         try:
@@ -271,7 +271,7 @@ def too_many(exc: limits.LimitExceeded) -> HttpResponse:
 async def over_budget(meter: Meter, exc: budgets.BudgetExceeded) -> HttpResponse:
     """429 with OpenAI's out-of-quota type (the SDKs raise RateLimitError); the refusal gets a usage row."""
     try:
-        await sync_to_async(meter.refuse)(exc)
+        await database_sync_to_async(meter.refuse)(exc)
     except Exception:
         log.exception("could not record a refused API request for %s", meter.token.user)
     return openai_error(429, exc.detail, "insufficient_quota", exc.code)
@@ -387,7 +387,7 @@ class Meter:
         # again, so the usage of an answer already given is not lost.
         for pause in (*RECORD_RETRY_PAUSES, None):
             try:
-                await sync_to_async(self._save)(status, error, usage)
+                await database_sync_to_async(self._save)(status, error, usage)
                 return
             except busy.UNAVAILABLE as exc:
                 if pause is None:
@@ -403,7 +403,8 @@ class Meter:
         message = None
         if settings.API_STORE_CONVERSATIONS:
             message = self._store_conversation(status, error)
-        budgets.settle(self.usage_id, {"message": message, **Usage.ending(self.state, status, error, usage)})
+        row = {"provider_id": self.entry.provider.pk, "model": self.entry.model, "started": self.started}
+        budgets.settle(self.usage_id, {"message": message, **Usage.ending(self.state, status, error, usage)}, row)
 
     def _store_conversation(self, status: str, error: str) -> Message:
         messages = self.body["messages"]
@@ -433,12 +434,13 @@ class Meter:
 
 
 async def models(request):
-    """The enabled providers' models in OpenAI's list shape; `provider/model` where an id is listed twice."""
+    """The models this person may use, in OpenAI's list shape; `provider/model` where an id is listed twice."""
     if request.method != "GET":
         return openai_error(405, "Use GET.", "invalid_request_error", "method_not_allowed")
-    if await authenticate(request) is None:
+    token = await authenticate(request)
+    if token is None:
         return unauthorized()
-    catalog = await Provider.objects.acatalog()
+    catalog = await Provider.objects.acatalog(await access_for(token.user))
     seen: dict[str, int] = {}
     for entry in catalog:
         seen[entry.model] = seen.get(entry.model, 0) + 1

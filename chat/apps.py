@@ -11,9 +11,13 @@ class ChatConfig(AppConfig):
     verbose_name = "Chat"
 
     def ready(self) -> None:
+        from django.db.models.signals import post_migrate
+
+        from .rollup import install_if_missing
         from .sessions import connect_signals
 
         connect_signals()
+        post_migrate.connect(install_if_missing, sender=self)
 
 
 def prepare_to_serve() -> None:
@@ -54,9 +58,9 @@ async def end_streams(reason: str) -> None:
     Their text and usage are saved now instead of waiting for the next start-up to find
     them still `streaming`; called by chatsite.server once the shutdown grace is over.
     """
-    from . import api, generation
+    from . import generation, relay
 
-    api.interrupt_streams(reason)
+    relay.running.interrupt(reason)
     await generation.shutdown()
 
 

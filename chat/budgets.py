@@ -471,12 +471,14 @@ def summary(user, now: datetime | None = None) -> dict[str, Any]:
     }
 
 
-def settle(pk: int, fields: dict) -> dict:
+def settle(pk: int, fields: dict, row: dict | None = None) -> dict:
     """Write a finished stream's usage row with its cost (reported, else priced); returns what was written.
 
-    Moving the row off `streaming` releases its budget reservation.
+    Moving the row off `streaming` releases its budget reservation. `row`: the row's provider_id,
+    model and started when the caller has them (it wrote them), saving a read.
     """
-    row = Usage.objects.filter(pk=pk).values("provider_id", "model", "started").first()
+    if row is None:
+        row = Usage.objects.filter(pk=pk).values("provider_id", "model", "started").first()
     if row is not None:
         fields = {**fields, **priced(row["provider_id"], row["model"], row["started"], fields)}
     Usage.objects.filter(pk=pk).update(**fields)

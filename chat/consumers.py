@@ -15,7 +15,7 @@ from django.conf import settings
 from . import busy, generation, params, process, sessions
 from .generation import Job, conversation_group, frame, snapshot_frames
 from .limits import FRAME_LIMIT_CLOSE_CODE, FrameLimiter
-from .models import ChatError, Conversation, Message, Provider, begin_turn
+from .models import ChatError, Conversation, Message, Provider, access_for, begin_turn
 from .models.attachments import MAX_PER_MESSAGE as MAX_ATTACHMENTS
 
 # Frames that start a stream re-check the session first (cached for CHAT_SESSION_CHECK_SECONDS).
@@ -113,6 +113,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             settings.CHAT_FRAME_RATE, settings.CHAT_FRAME_BURST, asyncio.get_running_loop().time()
         )
         self.closing = False
+        sessions.socket_opened(user.pk)
         try:
             await self.channel_layer.group_add(sessions.user_group(user.pk), self.channel_name)
         except Exception as exc:  # the socket still works; the per-frame session check still holds
@@ -136,6 +137,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         for wait in getattr(self, "waits", ()):
             wait.cancel()
         if hasattr(self, "user"):
+            sessions.socket_closed(self.user.pk)
             try:
                 await self.channel_layer.group_discard(sessions.user_group(self.user.pk), self.channel_name)
             except Exception as exc:  # the membership expires with the layer's group expiry
@@ -271,7 +273,10 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             if stored is None:
                 raise ChatError("not_found", "No such conversation.")
             model = model or stored
-        entry = await Provider.objects.aresolve(model)
+        access = await access_for(self.user)
+        entry = await Provider.objects.aresolve(model, access)
+        if conversation_id is None and turn.get("system_prompt") is None and access.system_prompt:
+            turn["system_prompt"] = access.system_prompt  # the group's default for a new chat
         await process.ensure_started()
         # A short wait for SQLite's lock: this runs on the thread every socket's database work shares.
         turn = await database_sync_to_async(busy.waiting_briefly(begin_turn))(

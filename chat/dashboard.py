@@ -1,12 +1,14 @@
 """The usage dashboard's figures: a period and filters in, aggregates out, every sum and count made by the database.
 
 Python only ever loops over aggregated rows (a day and a model, a person, a model), never over
-usage rows, so a year of a busy team costs a few GROUP BY queries (see bench/dashboard_bench.py).
+usage rows. The sums come from the daily summaries (chat/models/rollups.py), so a year costs a
+GROUP BY over some thousands of days rather than a million rows (see bench/dashboard_bench.py);
+with a person or a group chosen, from that person's or group's rows, which the (user, started)
+index finds. The percentiles always come from the rows.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 from decimal import Decimal
@@ -14,13 +16,14 @@ from decimal import Decimal
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
-from django.db import connection
-from django.db.models import Aggregate, Count, DateField, F, FloatField, Func, Max, Q, Sum, Window
-from django.db.models.functions import RowNumber, TruncDate
+from django.db.models import Count, DateField, Func, OuterRef, Q, Subquery, Sum
+from django.db.models.functions import TruncDate
 from django.utils import timezone
 
 from . import budgets as budgets_module
-from .models import Message, Usage
+from . import rollup
+from .models import Message, PersonDay, PersonMonth, Usage, UsageDay
+from .percentiles import PERCENTILES, percentiles
 
 PRESETS = {
     "month": "This month",
@@ -161,101 +164,6 @@ class LocalDate(Func):
         return f"date({sql}{modifier})", params
 
 
-class Percentile(Aggregate):
-    """PostgreSQL's percentile_cont: the value at a fraction of the ordered values, interpolated."""
-
-    function = "percentile_cont"
-    template = "%(function)s(%(fraction)s) WITHIN GROUP (ORDER BY %(expressions)s)"
-    output_field = FloatField()
-
-    def __init__(self, expression, fraction: float, **extra) -> None:
-        super().__init__(expression, fraction=float(fraction), **extra)
-
-
-PERCENTILES = {"ttft_p50": ("ttft_ms", 0.5), "ttft_p95": ("ttft_ms", 0.95), "tps_p50": ("tokens_per_second", 0.5)}
-
-
-def percentiles(rows, filters: Filters, counts: dict[str, dict[str, int]]) -> dict[str, dict[str, float | None]]:
-    """TTFT median and p95 and tokens/s median per model; counts[model][column] = its non-null values.
-
-    PostgreSQL: percentile_cont. SQLite has none: for a short period its rows are ranked with a
-    window function (one sort of the period), for a long one each value is an index walk.
-    """
-    if connection.vendor == "postgresql":
-        found = rows.values("model").annotate(
-            **{name: Percentile(column, fraction) for name, (column, fraction) in PERCENTILES.items()}
-        )
-        return {row.pop("model"): row for row in found}
-    if (filters.last - filters.first).days < LONG_PERIOD_DAYS:
-        return percentiles_by_rank(rows, counts)
-    return percentiles_by_offset(rows, counts)
-
-
-def percentiles_by_offset(rows, counts: dict[str, dict[str, int]]) -> dict[str, dict[str, float | None]]:
-    """Every model's figures by percentile_by_offset: three queries a model."""
-    return {
-        model: {
-            name: percentile_by_offset(rows.filter(model=model), column, fraction, counts[model][column])
-            for name, (column, fraction) in PERCENTILES.items()
-        }
-        for model in counts
-    }
-
-
-# SQLite: from this many days on, walking an index to each percentile's OFFSET beats sorting the period.
-LONG_PERIOD_DAYS = 92
-
-
-def percentile_by_offset(rows, column: str, fraction: float, count: int) -> float | None:
-    """One percentile of one model from `ORDER BY column LIMIT 2 OFFSET n`, interpolated as PostgreSQL does.
-
-    An index on (model, column, started) lets SQLite walk to the offset without sorting; the walk
-    passes the model's rows of every period, which only pays off when the period is most of them.
-    """
-    if not count:
-        return None
-    position = fraction * (count - 1)
-    below = math.floor(position)
-    ordered = rows.filter(**{f"{column}__isnull": False}).order_by(column).values_list(column, flat=True)
-    values = [float(value) for value in ordered[below : below + 2]]
-    if len(values) == 1 or position == below:
-        return values[0]
-    return values[0] + (values[1] - values[0]) * (position - below)
-
-
-def percentiles_by_rank(rows, counts: dict[str, dict[str, int]]) -> dict[str, dict[str, float | None]]:
-    """percentile_cont for databases without it (SQLite), from the rows ranked by a window function.
-
-    One query per column numbers the period's rows per model in order (ROW_NUMBER() OVER
-    (PARTITION BY model ORDER BY column)) and returns only the one or two rows either side of
-    each wanted position, which are interpolated as PostgreSQL does, so both give the same
-    figure. The covering index led by `started` feeds it the period's rows without the table;
-    the sort grows with the period, so long periods walk an index instead (percentile_by_offset).
-    """
-    found: dict[str, dict[str, float | None]] = {model: dict.fromkeys(PERCENTILES) for model in counts}
-    for column in ("ttft_ms", "tokens_per_second"):
-        wanted: list[tuple[str, str, int, float]] = []  # model, figure, row number below, weight of the next
-        for model, columns in counts.items():
-            for name, (of, fraction) in PERCENTILES.items():
-                if of == column and columns[column]:
-                    position = fraction * (columns[column] - 1)
-                    wanted.append((model, name, math.floor(position) + 1, position - math.floor(position)))
-        if not wanted:
-            continue
-        numbers = sorted({n for *_, below, _ in wanted for n in (below, below + 1)})
-        ranked = (
-            rows.filter(**{f"{column}__isnull": False})
-            .annotate(number=Window(RowNumber(), partition_by=[F("model")], order_by=F(column).asc()))
-            .filter(number__in=numbers)
-            .values_list("model", "number", column)
-        )
-        values = {(model, number): float(value) for model, number, value in ranked}
-        for model, name, below, weight in wanted:
-            low, high = values[(model, below)], values.get((model, below + 1))
-            found[model][name] = low if high is None or not weight else low + (high - low) * weight
-    return found
-
-
 # --- the figures -------------------------------------------------------------------
 
 
@@ -287,12 +195,63 @@ SUMS = {
     "reasoning_tokens": Sum("reasoning_tokens"),
     "cost": Sum("cost"),
 }
+# What the summaries add up (chat/models/rollups.py), by the names the rows' GROUP BYs give them.
+SUMMED = ("requests", "prompt_tokens", "completion_tokens", "reasoning_tokens", "cost")
+MODEL_SUMMED = (*SUMMED, "timed", "speeds", *ENDINGS)
 
 
-def figures(filters: Filters) -> Figures:
-    """Everything the dashboard shows for these filters."""
-    rows = usage_rows(filters)
-    daily = list(
+def from_summaries(filters: Filters) -> bool:
+    """Whether the daily summaries can answer: no person or group chosen, and days counted in today's TIME_ZONE."""
+    return filters.user_id is None and filters.group_id is None and rollup.installed_zone() == settings.TIME_ZONE
+
+
+def summary_rows(summary, filters: Filters, by: tuple[str, ...], names: tuple[str, ...], days: Q | None = None):
+    """A summary's sums over the period (or these days of it), grouped by some of its key columns.
+
+    Groups without rows (their rows deleted since) are left out.
+    """
+    found = summary.objects.filter(days or Q(day__gte=filters.first, day__lte=filters.last))
+    if filters.source:
+        found = found.filter(source=filters.source)
+    if filters.model and summary is UsageDay:
+        found = found.filter(model=filters.model)
+    # Annotations may not take the names of the summary's columns: summed as total_<name>, renamed after.
+    found = found.values(*by).annotate(**{f"total_{name}": Sum(name) for name in names}).filter(total_requests__gt=0)
+    return [{**{key: row[key] for key in by}, **{name: row[f"total_{name}"] for name in names}} for row in found]
+
+
+def whole_months(first: date, last: date) -> tuple[date, date] | None:
+    """The first days of the first and the last calendar month wholly inside [first, last]; None if none is."""
+    start = first if first.day == 1 else (first.replace(day=28) + timedelta(days=4)).replace(day=1)
+    end = last.replace(day=1)
+    if (last + timedelta(days=1)).day != 1:  # the last month is not whole
+        end = (end - timedelta(days=1)).replace(day=1)
+    return (start, end) if start <= end else None
+
+
+def person_sums(filters: Filters) -> list[dict]:
+    """Each person's sums over the period: whole months from PersonMonth, the days either side from PersonDay."""
+    months = whole_months(filters.first, filters.last)
+    if months is None:
+        return summary_rows(PersonDay, filters, ("user_id",), SUMMED)
+    start, end = months
+    after = (end + timedelta(days=31)).replace(day=1)
+    either_side = Q(day__gte=filters.first, day__lt=start) | Q(day__gte=after, day__lte=filters.last)
+    people: dict[int, dict] = {}
+    for row in summary_rows(PersonMonth, filters, ("user_id",), SUMMED, Q(day__gte=start, day__lte=end)) + (
+        summary_rows(PersonDay, filters, ("user_id",), SUMMED, either_side)
+    ):
+        person = people.setdefault(row["user_id"], dict.fromkeys(SUMMED, 0) | {"user_id": row["user_id"]})
+        for name in SUMMED:
+            person[name] += row[name] or 0
+    return list(people.values())
+
+
+def daily_rows(filters: Filters, rows, summaries: bool) -> list[dict]:
+    """One row per day and model with its sums, counts of timed rows and of endings."""
+    if summaries:
+        return summary_rows(UsageDay, filters, ("day", "model"), MODEL_SUMMED)
+    return list(
         rows.annotate(day=LocalDate("started"))
         .values("day", "model")
         .annotate(
@@ -303,6 +262,13 @@ def figures(filters: Filters) -> Figures:
             **{status: Count("pk", filter=Q(status=status)) for status in ENDINGS},
         )
     )
+
+
+def figures(filters: Filters) -> Figures:
+    """Everything the dashboard shows for these filters."""
+    rows = usage_rows(filters)
+    summaries = from_summaries(filters)
+    daily = daily_rows(filters, rows, summaries)
     days = [day.isoformat() for day in filters.days()]
     index = {day: n for n, day in enumerate(days)}
     per_model: dict[str, dict] = {}
@@ -321,7 +287,7 @@ def figures(filters: Filters) -> Figures:
             tokens = (row["prompt_tokens"] or 0) + (row["completion_tokens"] or 0)
             token_series.setdefault(model, [0] * len(days))[slot] += tokens
     counts = {model: {"ttft_ms": t["timed"], "tokens_per_second": t["speeds"]} for model, t in per_model.items()}
-    spread = percentiles(rows, filters, counts)
+    spread = percentiles(rows, counts)
     models = []
     for model, totals in sorted(per_model.items(), key=lambda item: (-item[1]["cost"], item[0])):
         requests = totals["requests"]
@@ -335,7 +301,7 @@ def figures(filters: Filters) -> Figures:
                 **{f"{status}_share": totals[status] / requests if requests else 0 for status in ENDINGS},
             }
         )
-    people = people_rows(rows, filters)
+    people = people_rows(rows, filters, summaries)
     summed = ("requests", "prompt_tokens", "completion_tokens", "reasoning_tokens")
     totals = {name: sum(t[name] for t in per_model.values()) for name in summed}
     totals["cost"] = sum((t["cost"] for t in per_model.values()), Decimal(0))
@@ -343,21 +309,36 @@ def figures(filters: Filters) -> Figures:
     return Figures(filters, totals, days, cost_series, token_series, people, models)
 
 
-def people_rows(rows, filters: Filters) -> list[dict]:
+def people_rows(rows, filters: Filters, summaries: bool) -> list[dict]:
     """One row per person active in the period, with their share of their monthly budget when they have one."""
-    # Grouped by user_id alone: joining the users here would look one up for every usage row.
-    people = list(rows.values("user_id").annotate(requests=Count("pk"), last_active=Max("started"), **SUMS))
+    if summaries and not filters.model:  # the person summaries have no model: a chosen one needs the rows
+        people = person_sums(filters)
+    else:
+        # Grouped by user_id alone: joining the users here would look one up for every usage row.
+        people = list(rows.values("user_id").annotate(requests=Count("pk"), **SUMS))
     users = get_user_model().objects.in_bulk([p["user_id"] for p in people])
     budgets = budget_rows_by_user(list(users))
+    latest = last_active(filters, list(users))
+    local = timezone.get_current_timezone()
     for person in people:
         user = users[person["user_id"]]
         person["username"] = user.get_username()
         person["cost"] = person["cost"] or Decimal(0)
         for name in ("prompt_tokens", "completion_tokens", "reasoning_tokens"):
             person[name] = person[name] or 0
+        person["last_active"] = latest.get(user.pk)
+        # As the page shows it: in TIME_ZONE (the browser's clock may be in another).
+        person["last_active_shown"] = f"{latest[user.pk].astimezone(local):%Y-%m-%d %H:%M}" if user.pk in latest else ""
         person["budget_share"] = budget_share(person, budgets_module.budget_for(user, budgets.get(user.pk, [])))
     people.sort(key=lambda p: (-p["cost"], p["username"]))
     return people
+
+
+def last_active(filters: Filters, user_ids: list[int]) -> dict[int, datetime]:
+    """Each person's latest row behind the filters: a walk down the (user, started) index each, no pass over all."""
+    latest = usage_rows(filters).filter(user=OuterRef("pk")).order_by("-started").values("started")[:1]
+    found = get_user_model().objects.filter(pk__in=user_ids).annotate(latest=Subquery(latest))
+    return {pk: moment for pk, moment in found.values_list("pk", "latest") if moment is not None}
 
 
 def budget_rows_by_user(user_ids: list[int]) -> dict[int, list[dict]]:
@@ -391,6 +372,11 @@ def model_choices(filters: Filters, figures: Figures) -> list[str]:
     """The models the picker offers: those used in the period (by the viewer's rows when not staff)."""
     if not filters.model:
         return sorted(m["model"] for m in figures.models)
+    if from_summaries(filters):
+        days = UsageDay.objects.filter(day__gte=filters.first, day__lte=filters.last, requests__gt=0)
+        if filters.source:
+            days = days.filter(source=filters.source)
+        return sorted(days.values_list("model", flat=True).distinct())
     return sorted(usage_rows(filters, model=False).values_list("model", flat=True).distinct())
 
 

@@ -129,6 +129,9 @@ class Job:
     payload: dict[str, Any]
     prompt_chars: int
     max_connections: int = 1  # the provider's connections per process (chat/limits.py)
+    user_id: int | None = None  # the conversation's owner, so a deactivation can stop their streams
+    # The usage row's price key, so the final save need not read back the row it wrote.
+    usage_key: dict[str, Any] | None = None
 
     @classmethod
     def for_turn(cls, turn: Turn, provider: Provider, model: str, params: dict) -> Job:
@@ -147,6 +150,8 @@ class Job:
             payload=payload,
             prompt_chars=prompt_chars(turn.history),
             max_connections=limits.provider_limit(provider),
+            user_id=conversation.owner_id,
+            usage_key={"provider_id": turn.usage.provider_id, "model": turn.usage.model, "started": turn.usage.started},
         )
 
 
@@ -462,7 +467,8 @@ class Generation:
                 updated=now,
             )
             # The done frame shows the cost computed from the price table too.
-            usage["cost"] = budgets.settle(job.usage_id, Usage.ending(state, status, error, usage))["cost"]
+            ending = Usage.ending(state, status, error, usage)
+            usage["cost"] = budgets.settle(job.usage_id, ending, job.usage_key)["cost"]
             Conversation.objects.filter(pk=job.conversation_id).update(updated=now)
 
 
@@ -491,6 +497,19 @@ def _describe(exc: upstream.UpstreamError) -> str:
 
 
 # --- shutdown -----------------------------------------------------------------
+
+
+def stop_user(user_id: int) -> int:
+    """Stop this process's generations of one user (deactivated); how many there were."""
+    stopping = [generation for generation in _running.values() if generation.job.user_id == user_id]
+    for generation in stopping:
+        generation.stop()
+    return len(stopping)
+
+
+def running_users() -> set[int]:
+    """Whose generations this process is running."""
+    return {generation.job.user_id for generation in _running.values() if generation.job.user_id is not None}
 
 
 def running() -> list[asyncio.Task]:

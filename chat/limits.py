@@ -19,6 +19,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.db.models import Count, Q
 from django.utils import timezone
 
 from . import upstream
@@ -42,43 +43,49 @@ def enforce(user, *, source: str, token=None) -> None:
     """Refuse a new stream over the caps; call inside the transaction that creates its usage row."""
     # Serialise this user's concurrent requests (a no-op on SQLite, whose writers already queue).
     get_user_model().objects.select_for_update().filter(pk=user.pk).first()
+    now = timezone.now()
+    since = now - WINDOW
     # No stream outlives UPSTREAM_DEADLINE: an older row still `streaming` was left by a dead
     # process and must not hold a place until something sweeps it.
-    alive_since = timezone.now() - timedelta(seconds=settings.UPSTREAM_DEADLINE + 60)
-    streaming = Usage.objects.filter(status=Status.STREAMING, started__gt=alive_since)
-    if source == Usage.Source.CHAT:
-        _cap_streams(streaming.filter(user=user, source=source), settings.CHAT_MAX_STREAMS, "you have")
-    else:
-        _cap_streams(streaming.filter(user=user, source=source), settings.API_MAX_STREAMS, "you have")
-        if token is not None:
-            _cap_streams(streaming.filter(token=token), settings.API_TOKEN_MAX_STREAMS, "this token has")
-    _cap_rate(Usage.objects.filter(user=user), settings.RATE_LIMIT_PER_MINUTE, "you")
+    alive_since = now - timedelta(seconds=settings.UPSTREAM_DEADLINE + 60)
+    streaming = Q(status=Status.STREAMING, started__gt=alive_since)
+    no_token = Q(pk__in=[])  # counts nothing
+    # Every count in one statement over the person's recent rows (a token's rows are its owner's).
+    counts = Usage.objects.filter(user=user, started__gt=min(since, alive_since)).aggregate(
+        mine=Count("pk", filter=streaming & Q(source=source)),
+        token=Count("pk", filter=streaming & Q(token_id=token.pk) if token is not None else no_token),
+        mine_recent=Count("pk", filter=Q(started__gt=since)),
+        token_recent=Count("pk", filter=Q(token_id=token.pk, started__gt=since) if token is not None else no_token),
+    )
+    cap = settings.CHAT_MAX_STREAMS if source == Usage.Source.CHAT else settings.API_MAX_STREAMS
+    _cap_streams(counts["mine"], cap, "you have")
     if token is not None:
-        _cap_rate(Usage.objects.filter(token=token), settings.API_TOKEN_RATE_LIMIT_PER_MINUTE, "this token")
+        _cap_streams(counts["token"], settings.API_TOKEN_MAX_STREAMS, "this token has")
+    _cap_rate(counts["mine_recent"], Usage.objects.filter(user=user), settings.RATE_LIMIT_PER_MINUTE, "you", now)
+    if token is not None:
+        _cap_rate(counts["token_recent"], Usage.objects.filter(token=token),
+                  settings.API_TOKEN_RATE_LIMIT_PER_MINUTE, "this token", now)  # fmt: skip
 
 
-def _cap_streams(rows, cap: int, who: str) -> None:
-    if cap and rows.count() >= cap:
+def _cap_streams(running: int, cap: int, who: str) -> None:
+    if cap and running >= cap:
         raise LimitExceeded(
             "too_many_streams",
             f"Too many answers streaming at once: {who} {cap} running. Wait for one to finish or stop one.",
         )
 
 
-def _cap_rate(rows, cap: int, who: str) -> None:
-    if not cap:
+def _cap_rate(recent: int, rows, cap: int, who: str, now) -> None:
+    if not cap or recent < cap:
         return
-    now = timezone.now()
-    recent = rows.filter(started__gt=now - WINDOW).order_by("-started").values_list("started", flat=True)[:cap]
-    recent = list(recent)
-    if len(recent) >= cap:
-        # The oldest of the last `cap` starts leaves the window first.
-        retry_after = max(1, math.ceil((recent[-1] + WINDOW - now).total_seconds()))
-        raise LimitExceeded(
-            "rate_limited",
-            f"Too many requests: {who} started {cap} in the last minute. Try again in {retry_after} s.",
-            retry_after,
-        )
+    # Over the cap: the oldest of the last `cap` starts leaves the window first.
+    oldest = rows.filter(started__gt=now - WINDOW).order_by("-started").values_list("started", flat=True)[cap - 1]
+    retry_after = max(1, math.ceil((oldest + WINDOW - now).total_seconds()))
+    raise LimitExceeded(
+        "rate_limited",
+        f"Too many requests: {who} started {cap} in the last minute. Try again in {retry_after} s.",
+        retry_after,
+    )
 
 
 # --- frames per socket --------------------------------------------------------------

@@ -20,11 +20,14 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
+from django.contrib.auth import get_user_model
 
-from .generation import Generation, running_generation, send_done, track
+from . import relay, sessions
+from .generation import Generation, running_generation, running_users, send_done, stop_user, track
 from .models import Message, Usage, Worker
 
 log = logging.getLogger(__name__)
@@ -94,6 +97,7 @@ async def _start(loop: asyncio.AbstractEventLoop) -> Process | None:
         return None
     process = Process(loop, worker.pk, channel, loop.time(), [])
     process.tasks.append(loop.create_task(_listen_forever(channel), name="control-listener"))
+    process.tasks.append(loop.create_task(_watch_accounts_forever(), name="account-watch"))
     if settings.REDIS_URL:  # other processes may own streams: keep our lease, sweep theirs
         process.tasks.append(loop.create_task(_renew_forever(process), name="lease"))
         process.tasks.append(loop.create_task(_sweep_forever(process), name="orphan-sweeper"))
@@ -124,6 +128,9 @@ async def _listen_forever(channel: str) -> None:
         if failures:
             log.warning("control listener: receiving again after %d failure(s)", failures)
             failures = 0
+        if request.get("type") == USER_ENDED:
+            end_local_streams(request["user"])
+            continue
         generation = running_generation(request.get("message"))
         if generation is None:
             continue  # it ended; its `done` reaches the sockets through the conversation group
@@ -212,3 +219,81 @@ async def _sweep_forever(process: Process) -> None:
         if failures:
             log.warning("orphan sweep works again after %d failure(s)", failures)
             failures = 0
+
+
+# --- a deactivated user's streams -------------------------------------------------
+
+USER_ENDED = "user.ended"
+DEACTIVATED = "the account was deactivated"
+
+
+def end_user_streams(user_id: int) -> None:
+    """Ask every serving process to stop this user's running streams, chat and `/v1` alike (sync code).
+
+    With REDIS_URL every process with a current lease is told through its control channel.
+    Without it there is one serving process, reachable only from inside it: from the admin
+    it is told, from a management command (another process) it cannot be, and then the
+    user's sockets are closed at their next frame and their streams run to their end.
+    """
+    if settings.REDIS_URL:
+        channels = list(Worker.objects.alive(lease()).values_list("channel", flat=True))
+    else:
+        channels = None  # this process's own, if it serves (looked up on its loop)
+
+    async def tell() -> None:
+        targets = channels
+        if targets is None:
+            here = _process is not None and _process.loop is asyncio.get_running_loop()
+            targets = [_process.channel] if here else []
+        layer = get_channel_layer()
+        for channel in targets:
+            await layer.send(channel, {"type": USER_ENDED, "user": user_id})
+
+    try:
+        async_to_sync(tell)()
+    except Exception as exc:  # the deactivation itself stands; their streams run to their end
+        log.warning("could not ask the processes to stop user %s's streams: %r", user_id, exc)
+
+
+async def _watch_accounts_forever() -> None:
+    """Every CHAT_ACCOUNT_CHECK_SECONDS: sign out here the users with a socket or a stream on this process
+    who were deactivated or deleted meanwhile, whatever did it.
+
+    The admin tells every process at once (end_user_streams); this catches the rest: a
+    `manage.py deactivate` from another process without Redis, a bulk UPDATE. One query
+    a second, and only while someone is connected; a database error is logged and retried.
+    """
+    failures = 0
+    while True:
+        await asyncio.sleep(settings.CHAT_ACCOUNT_CHECK_SECONDS)
+        present = sessions.connected_users() | relay.running.owners() | running_users()
+        if not present:
+            continue
+        try:
+            active = await database_sync_to_async(_active_users, thread_sensitive=False)(present)
+        except Exception as exc:
+            failures += 1
+            if failures == 1:
+                log.warning("cannot check whether connected accounts are still active (%s); retrying", exc)
+            continue
+        if failures:
+            log.warning("checking connected accounts again after %d failure(s)", failures)
+            failures = 0
+        for user_id in present - active:
+            end_local_streams(user_id)
+            event = {"type": sessions.CHECK_EVENT, "ended": None}  # each socket finds its session gone
+            try:
+                await get_channel_layer().group_send(sessions.user_group(user_id), event)
+            except Exception as exc:  # their sockets re-check at their next frame anyway
+                log.warning("could not tell user %s's sockets to re-check their session: %r", user_id, exc)
+
+
+def _active_users(ids: set[int]) -> set[int]:
+    return set(get_user_model().objects.filter(pk__in=ids, is_active=True).values_list("pk", flat=True))
+
+
+def end_local_streams(user_id: int) -> None:
+    """Stop this process's streams of one user: chat generations and `/v1` relays."""
+    stopped = stop_user(user_id) + relay.running.interrupt(DEACTIVATED, owner=user_id)
+    if stopped:
+        log.info("stopped %d stream(s) of deactivated user %s", stopped, user_id)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import weakref
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -106,6 +107,27 @@ def prompt_chars(messages: list[dict[str, Any]]) -> int:
         if isinstance(part, dict) and part.get("type") == "image_url"
     )
     return sum(len(message_text(message.get("content"))) for message in messages) + images * IMAGE_CHARS
+
+
+class Running:
+    """The streams this process is relaying, and whose each is: for ending them at shutdown or deactivation."""
+
+    def __init__(self) -> None:
+        self._owners: weakref.WeakKeyDictionary[Relay, int] = weakref.WeakKeyDictionary()
+
+    def add(self, relay: Relay, owner: int) -> None:
+        self._owners[relay] = owner
+
+    def owners(self) -> set[int]:
+        """Whose streams are running."""
+        return set(self._owners.values())
+
+    def interrupt(self, reason: str, owner: int | None = None) -> int:
+        """End the running streams (only `owner`'s, if given): an error event and [DONE] each; how many."""
+        ending = [relay for relay, who in list(self._owners.items()) if owner is None or who == owner]
+        for relay in ending:
+            relay.interrupt(reason)
+        return len(ending)
 
 
 class Relay:
@@ -248,3 +270,6 @@ def from_ending(relay: Relay) -> bytes:
         event = orjson.dumps({"error": {"message": message, "type": "upstream_error", "code": code}})
         return b"data: " + event + b"\n\n" + DONE_EVENT
     return DONE_EVENT
+
+
+running = Running()

@@ -1,5 +1,8 @@
 """Sockets follow their session: sign-out, a password change or deactivation closes them (code 4401).
 
+A deactivation also deletes the user's sessions and stops their running streams on every
+process (sign_out_everywhere); `manage.py deactivate USERNAME` does the same as the admin.
+
 Each socket joins its user's channel-layer group. On any of those triggers the
 group is told to re-check; each socket then re-validates its own session the way
 an HTTP request would (the session exists, its auth hash matches, the user is
@@ -9,16 +12,18 @@ active), so only the sessions that really ended are closed, on every process.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from importlib import import_module
 from types import SimpleNamespace
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.conf import settings
-from django.contrib.auth import get_user, get_user_model
+from django.contrib.auth import SESSION_KEY, get_user, get_user_model
 from django.contrib.auth.signals import user_logged_out
 from django.db import transaction
 from django.db.models.signals import post_delete, post_save, pre_save
+from django.utils import timezone
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +35,25 @@ AUTH_FIELDS = frozenset({"password", "is_active"})
 def user_group(user_id: int) -> str:
     """The channel-layer group of every socket of one user."""
     return f"chat.user.{user_id}"
+
+
+# How many sockets each signed-in user has open on this process (chat/process.py watches them).
+_sockets: Counter[int] = Counter()
+
+
+def socket_opened(user_id: int) -> None:
+    _sockets[user_id] += 1
+
+
+def socket_closed(user_id: int) -> None:
+    _sockets[user_id] -= 1
+    if _sockets[user_id] <= 0:
+        del _sockets[user_id]
+
+
+def connected_users() -> set[int]:
+    """The users with a socket open on this process."""
+    return set(_sockets)
 
 
 def session_is_valid(session_key: str | None, user_id: int) -> bool:
@@ -63,20 +87,56 @@ def on_logged_out(sender, request, user, **kwargs) -> None:
 
 def remember_auth_fields(sender, instance, update_fields=None, **kwargs) -> None:
     """Before a user is saved: note whether its password or is_active is about to change."""
-    instance._auth_changed = False
+    instance._auth_changed = instance._deactivated = False
     if instance.pk is None or (update_fields is not None and not AUTH_FIELDS & set(update_fields)):
         return
     before = sender._default_manager.filter(pk=instance.pk).values("password", "is_active").first()
     if before is not None:
-        instance._auth_changed = before["password"] != instance.password or (
-            before["is_active"] and not instance.is_active
-        )
+        instance._deactivated = before["is_active"] and not instance.is_active
+        instance._auth_changed = before["password"] != instance.password or instance._deactivated
 
 
 def on_user_saved(sender, instance, created, **kwargs) -> None:
+    if getattr(instance, "_deactivated", False):
+        instance._deactivated = False
+        user_id = instance.pk
+        transaction.on_commit(lambda: sign_out_everywhere(user_id))
     if getattr(instance, "_auth_changed", False):
         instance._auth_changed = False
         notify_user(instance.pk)
+
+
+def sign_out_everywhere(user_id: int) -> int:
+    """After a deactivation: delete the user's sessions and stop their running streams on every process.
+
+    Their sockets are closed by notify_user (they re-check a session that is gone); their
+    API tokens are refused by ApiToken.objects.for_secret (inactive users' tokens are not
+    active). Conversations and usage stay. Returns how many sessions were deleted.
+    """
+    from . import process
+
+    deleted = delete_sessions(user_id)
+    process.end_user_streams(user_id)
+    return deleted
+
+
+def delete_sessions(user_id: int) -> int:
+    """Delete every stored session signed in as this user; how many (0 for a store that cannot be searched)."""
+    store = import_module(settings.SESSION_ENGINE).SessionStore
+    if not hasattr(store, "get_model_class"):  # signed cookies, plain cache: the is_active check ends them
+        return 0
+    model = store.get_model_class()
+    # Session data is encoded, so each current session is read: a deactivation is rare, sessions few.
+    ended = [
+        session.session_key
+        for session in model.objects.filter(expire_date__gt=timezone.now()).iterator()
+        if str(store().decode(session.session_data).get(SESSION_KEY)) == str(user_id)
+    ]
+    model.objects.filter(session_key__in=ended).delete()
+    if hasattr(store, "cache_key_prefix"):  # cached_db keeps a copy in the cache too
+        for key in ended:
+            store(key).delete()
+    return len(ended)
 
 
 def on_user_deleted(sender, instance, **kwargs) -> None:

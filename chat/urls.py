@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from . import api, attachment_views, dashboard_views, diagram_views, views
+from . import api, attachment_views, dashboard_views, diagram_views, invites, views
 from .accounts import sign_in_view
 
 urlpatterns = [
@@ -15,6 +15,20 @@ urlpatterns = [
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("accounts/password/", auth_views.PasswordChangeView.as_view(), name="password_change"),
     path("accounts/password/done/", auth_views.PasswordChangeDoneView.as_view(), name="password_change_done"),
+    path("accounts/password/reset/", auth_views.PasswordResetView.as_view(), name="password_reset"),
+    path("accounts/password/reset/sent/", auth_views.PasswordResetDoneView.as_view(), name="password_reset_done"),
+    path(
+        "accounts/password/reset/<uidb64>/<token>/",
+        sign_in_view(auth_views.PasswordResetConfirmView.as_view()),
+        name="password_reset_confirm",
+    ),
+    path(
+        "accounts/password/reset/complete/",
+        auth_views.PasswordResetCompleteView.as_view(),
+        name="password_reset_complete",
+    ),
+    path("accounts/invite/<str:secret>/", sign_in_view(invites.accept), name="invite"),
+    path("accounts/signup/", invites.signup, name="signup"),
     path("api/models", views.models_list, name="models"),
     path("api/conversations", views.conversations, name="conversations"),
     path("api/budget", views.budget, name="budget"),

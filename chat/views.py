@@ -17,7 +17,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from . import budgets, params
 from .consumers import parse_params, parse_system_prompt
-from .models import ApiToken, ChatError, Conversation, Message, Provider
+from .models import ApiToken, ChatError, Conversation, ConversationRead, Message, Provider, access_for
 from .models.attachments import MAX_PER_MESSAGE as MAX_ATTACHMENTS
 from .process import control_request
 
@@ -80,14 +80,17 @@ def json_body(request) -> dict:
 
 
 async def models_list(request):
-    """The models a user can pick: plain ids, `provider/model` ids, and the default."""
-    if not (await request.auser()).is_authenticated:
+    """The models this user may pick: plain ids, `provider/model` ids, and their default (their group's)."""
+    user = await request.auser()
+    if not user.is_authenticated:
         return error(401, "unauthenticated", "Sign in first.")
-    catalog = await Provider.objects.acatalog()
+    access = await access_for(user)
+    catalog = await Provider.objects.acatalog(access)
     default = None
-    if catalog:
-        first = catalog[0].provider
-        default = f"{first.name}/{first.default_model or catalog[0].model}"
+    try:
+        default = (await Provider.objects.aresolve(None, access)).qualified if catalog else None
+    except ChatError:
+        pass  # nothing this person may use
     return JsonResponse(
         {
             "models": [
@@ -177,7 +180,17 @@ def detail(conversation: Conversation) -> dict:
         "updated": conversation.updated.isoformat(),
         "streaming": streaming,
         "messages": [message_json(m) for m in messages],
+        "reviewed_by": reviewed_by(conversation),
     }
+
+
+def reviewed_by(conversation: Conversation) -> list[dict] | None:
+    """Who else read it, newest first, when CHAT_SHOW_REVIEWS lets owners see that (else None)."""
+    if not settings.CHAT_SHOW_REVIEWS:
+        return None
+    reads = ConversationRead.objects.of(conversation)[:20]
+    return [{"reader": read.reader.get_username() if read.reader else None, "read": read.read.isoformat()}
+            for read in reads]  # fmt: skip
 
 
 def message_json(message: Message) -> dict:

@@ -1,7 +1,24 @@
-"""Headers on every response: a Content-Security-Policy (no inline script), no-store on JSON and streams."""
+"""The middleware chain, kept on the event loop, and the headers on every response.
 
+Django runs a `MiddlewareMixin` middleware under ASGI by sending each of its hooks to a
+worker thread and back (`sync_to_async`), and a sync-only one (WhiteNoise's) makes it run
+everything below it, the view too, through a thread. For the hooks used here that do no I/O
+that is pure overhead, paid on every request and every `/v1` stream start (a profile showed
+thread hand-offs as ~40 % of the server's CPU per one-token request). So each is subclassed
+to run inline in async mode; the two whose response hook may write to the database
+(sessions, messages) go to a thread only when they have something to write. Django's
+security, CSRF and X-Frame-Options middleware keep their own names (and their hand-offs):
+`check --deploy` looks for those names, and without them skips its HTTPS and HSTS checks.
+"""
+
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
+from django.contrib.auth import middleware as auth
+from django.contrib.messages import middleware as messages
+from django.contrib.sessions import middleware as sessions
+from django.middleware import common
 from django.utils.cache import patch_cache_control
 from django.utils.deprecation import MiddlewareMixin
+from whitenoise.middleware import WhiteNoiseMiddleware
 
 POLICY = "; ".join(
     [
@@ -22,9 +39,79 @@ POLICY = "; ".join(
 ADMIN_POLICY = POLICY.replace("style-src 'self'", "style-src 'self' 'unsafe-inline'")
 
 
-class ContentSecurityPolicyMiddleware(MiddlewareMixin):
-    """Sync and async alike (MiddlewareMixin), so async views and streams stay on the event loop."""
+class OnTheLoop:
+    """For a MiddlewareMixin whose hooks do no I/O: in async mode they run on the event loop, not a thread."""
 
+    def __init__(self, get_response) -> None:
+        super().__init__(get_response)
+        process_view = getattr(self, "process_view", None)
+        if self.async_mode and process_view is not None and not iscoroutinefunction(process_view):
+            # The handler calls process_view itself and would send a sync one to a thread.
+            async def inline_view(request, view, args, kwargs):
+                return process_view(request, view, args, kwargs)
+
+            self.process_view = inline_view
+
+    async def __acall__(self, request):
+        response = self.process_request(request) if hasattr(self, "process_request") else None
+        response = response or await self.get_response(request)
+        if hasattr(self, "process_response"):
+            if self.response_writes(request):
+                response = await sync_to_async(self.process_response)(request, response)
+            else:
+                response = self.process_response(request, response)
+        return response
+
+    def response_writes(self, request) -> bool:
+        """Whether process_response will do I/O for this request (then it goes to a thread)."""
+        return False
+
+
+class CommonMiddleware(OnTheLoop, common.CommonMiddleware):
+    pass
+
+
+class AuthenticationMiddleware(OnTheLoop, auth.AuthenticationMiddleware):
+    """request.user stays lazy: the database is read only by a view that asks (in its own way)."""
+
+
+class SessionMiddleware(OnTheLoop, sessions.SessionMiddleware):
+    def response_writes(self, request) -> bool:
+        session = getattr(request, "session", None)
+        return session is not None and session.modified
+
+
+class MessageMiddleware(OnTheLoop, messages.MessageMiddleware):
+    def response_writes(self, request) -> bool:
+        storage = getattr(request, "_messages", None)
+        return storage is not None and (storage.used or storage.added_new)
+
+
+class StaticFilesMiddleware(WhiteNoiseMiddleware):
+    """WhiteNoise, still the static file server, without making the chain below it synchronous."""
+
+    sync_capable = True
+    async_capable = True
+
+    def __init__(self, get_response=None, **kwargs) -> None:
+        super().__init__(get_response, **kwargs)
+        if iscoroutinefunction(get_response):
+            markcoroutinefunction(self)
+
+    def __call__(self, request):
+        if iscoroutinefunction(self):
+            return self.__acall__(request)
+        return super().__call__(request)
+
+    async def __acall__(self, request):
+        # A dict lookup (a stat of the file with DEBUG's autorefresh): cheap enough for the loop.
+        static_file = self.find_file(request.path_info) if self.autorefresh else self.files.get(request.path_info)
+        if static_file is not None:
+            return self.serve(static_file, request)
+        return await self.get_response(request)
+
+
+class ContentSecurityPolicyMiddleware(OnTheLoop, MiddlewareMixin):
     def process_response(self, request, response):
         policy = ADMIN_POLICY if request.path.startswith("/admin/") else POLICY
         response.headers.setdefault("Content-Security-Policy", policy)
@@ -36,7 +123,7 @@ PRIVATE_TYPES = ("application/json", "text/event-stream")
 PRIVATE_PATHS = ("/api/", "/v1/")
 
 
-class NoStoreMiddleware(MiddlewareMixin):
+class NoStoreMiddleware(OnTheLoop, MiddlewareMixin):
     """`Cache-Control: no-store` on every JSON response, every /v1 stream and everything under /api/ and /v1/."""
 
     def process_response(self, request, response):

@@ -10,6 +10,8 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from chatsite import mailconfig
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 
@@ -81,16 +83,19 @@ INSTALLED_APPS = [
     "chat",
 ]
 
+# Most of Django's own subclassed in chatsite/middleware.py to run on the event loop (no thread
+# hand-off per hook), and WhiteNoise made async-capable there. Security, CSRF and X-Frame-Options
+# keep Django's names: `check --deploy` looks for them.
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "chatsite.middleware.ContentSecurityPolicyMiddleware",
     "chatsite.middleware.NoStoreMiddleware",
-    "whitenoise.middleware.WhiteNoiseMiddleware",
-    "django.contrib.sessions.middleware.SessionMiddleware",
-    "django.middleware.common.CommonMiddleware",
+    "chatsite.middleware.StaticFilesMiddleware",
+    "chatsite.middleware.SessionMiddleware",
+    "chatsite.middleware.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
-    "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "django.contrib.messages.middleware.MessageMiddleware",
+    "chatsite.middleware.AuthenticationMiddleware",
+    "chatsite.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # Near the end, so it sees a view's exception early: a busy database answers 503, not 500.
     "chat.busy.DatabaseBusyMiddleware",
@@ -111,6 +116,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "chat.invites.sign_in_options",
             ],
         },
     },
@@ -121,6 +127,27 @@ TEMPLATES = [
 DATABASES = {
     "default": dj_database_url.parse(env("DATABASE_URL", f"sqlite:///{BASE_DIR / 'db.sqlite3'}"), conn_max_age=0)
 }
+# PostgreSQL: a pool of connections per process, when DATABASE_POOL_SIZE is set. Opening a
+# connection costs a few ms (a new backend with cold caches), which every stream start and every
+# websocket message pays without it. Django's persistent connections (CONN_MAX_AGE) are no answer
+# under ASGI: a connection belongs to one request's or one socket's context, so /v1 requests leaked
+# one each (51 open after 300 requests) and every open socket would hold one. Pooled, a connection
+# goes back to the pool when Django closes it (after each request and each of Channels' database
+# calls) and is checked before reuse. Off by default: through a database outage the pool waits
+# for a connection where a fresh connect fails at once, which changes how partial saves and
+# leases behave mid-outage (tests/test_scaleout.py's outage test fails with it, for now).
+DATABASE_POOL_SIZE = env_number("DATABASE_POOL_SIZE", 0)
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and DATABASE_POOL_SIZE:
+    DATABASES["default"]["CONN_HEALTH_CHECKS"] = True  # for a pool: each connection checked when taken
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": 2,
+        "max_size": DATABASE_POOL_SIZE,
+        # A request that finds every connection busy waits this long, then fails (503 database_unavailable).
+        "timeout": 5,
+        # After an outage, a new connection is tried at least every 2 s (the pool's own backoff
+        # grows to minutes, so a process stayed without its database, and its lease, long after).
+        "reconnect_timeout": 2,
+    }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["OPTIONS"] = {
         "transaction_mode": "IMMEDIATE",
@@ -302,6 +329,13 @@ CHAT_SAVE_INTERVAL = env_number("CHAT_SAVE_INTERVAL", 1.0, float)
 # Every serving process renews a lease row every CHAT_LEASE_SECONDS / 4; a process whose
 # lease is older than this is dead, and the others mark its streams interrupted.
 CHAT_LEASE_SECONDS = env_number("CHAT_LEASE_SECONDS", 6.0, float)
+# How often each process checks that the people connected to it are still active accounts
+# (deactivated by a command in another process, or in bulk: signed out here within this).
+CHAT_ACCOUNT_CHECK_SECONDS = env_number("CHAT_ACCOUNT_CHECK_SECONDS", 1.0, float)
+# Retention: `manage.py purge` deletes conversations untouched for this many days (0: never).
+CHAT_RETENTION_DAYS = env_number("CHAT_RETENTION_DAYS", 0)
+# Whether owners see who (other than them) read their conversations: a "Reviewed by" line.
+CHAT_SHOW_REVIEWS = env_bool("CHAT_SHOW_REVIEWS", False)
 # How long a finished answer's final save is retried (with backoff) before giving up.
 CHAT_FINAL_SAVE_SECONDS = env_number("CHAT_FINAL_SAVE_SECONDS", 120.0, float)
 # The OpenAI-compatible API (/v1/): a comment line this often while the upstream is silent,
@@ -393,3 +427,77 @@ if CHAT_FRAME_RATE <= 0 or CHAT_FRAME_BURST < 1 or API_MAX_N < 1:
     raise ImproperlyConfigured("CHAT_FRAME_RATE, CHAT_FRAME_BURST and API_MAX_N must be positive")
 if min(AUTH_LOCKOUT_FAILURES, AUTH_LOCKOUT_MINUTES, AUTH_HASH_CONCURRENCY) < 1:
     raise ImproperlyConfigured("AUTH_LOCKOUT_FAILURES, AUTH_LOCKOUT_MINUTES, AUTH_HASH_CONCURRENCY must be 1 or more")
+
+# --- Accounts: invites, sign-up, e-mail (chat/invites.py) --------------------------------
+# Where people reach this server, for the links in invites (reset links use the request's own address).
+SITE_URL = env("SITE_URL", f"http://127.0.0.1:{PUBLIC_PORT}").rstrip("/")
+INVITE_DAYS = env_number("INVITE_DAYS", 7)
+# Anyone may ask for an invite to their own e-mail address; with SIGNUP_DOMAINS, only at those domains.
+SIGNUP_OPEN = env_bool("SIGNUP_OPEN", False)
+SIGNUP_DOMAINS = [domain.lower().lstrip("@") for domain in env_list("SIGNUP_DOMAINS")]
+# E-mail: EMAIL_URL (chatsite/mailconfig.py), or Django's EMAIL_* settings one by one;
+# with neither, messages are printed to the console, so `make run` needs no mail server.
+if env("EMAIL_URL"):
+    try:
+        globals().update(mailconfig.parse(env("EMAIL_URL")))
+    except ValueError as exc:
+        raise ImproperlyConfigured(str(exc)) from None
+else:
+    EMAIL_HOST = env("EMAIL_HOST")
+    EMAIL_BACKEND = env(
+        "EMAIL_BACKEND", f"django.core.mail.backends.{'smtp' if EMAIL_HOST else 'console'}.EmailBackend"
+    )
+    EMAIL_HOST = EMAIL_HOST or "localhost"
+    EMAIL_PORT = env_number("EMAIL_PORT", 25)
+    EMAIL_HOST_USER = env("EMAIL_HOST_USER")
+    EMAIL_HOST_PASSWORD = env("EMAIL_HOST_PASSWORD")
+    EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+    EMAIL_USE_SSL = env_bool("EMAIL_USE_SSL", False)
+DEFAULT_FROM_EMAIL = env("DEFAULT_FROM_EMAIL", "chat@localhost")
+EMAIL_TIMEOUT = env_number("EMAIL_TIMEOUT", 10)
+
+# Single sign-on by OpenID Connect (chat/sso.py): on when OIDC_ISSUER is set.
+OIDC_ISSUER = env("OIDC_ISSUER")
+OIDC_NAME = env("OIDC_NAME", "single sign-on")  # the button says "Sign in with <this>"
+OIDC_USERNAME_CLAIM = env("OIDC_USERNAME_CLAIM", "email")
+OIDC_ALLOWED_DOMAINS = [domain.lower().lstrip("@") for domain in env_list("OIDC_ALLOWED_DOMAINS")]
+OIDC_CREATE_USER = env_bool("OIDC_CREATE_USERS", True)  # mozilla-django-oidc's name for it
+OIDC_RP_CLIENT_ID = env("OIDC_CLIENT_ID")
+OIDC_RP_CLIENT_SECRET = env("OIDC_CLIENT_SECRET")
+OIDC_RP_SIGN_ALGO = env("OIDC_SIGN_ALGO", "RS256")
+OIDC_RP_SCOPES = env("OIDC_SCOPES", "openid email profile")
+OIDC_USE_PKCE = True
+OIDC_TIMEOUT = env_number("OIDC_TIMEOUT", 10.0, float)
+OIDC_AUTHENTICATE_CLASS = "chat.sso.SignInView"
+OIDC_CALLBACK_CLASS = "chat.sso.CallbackView"
+LOGIN_REDIRECT_URL_FAILURE = "/accounts/login/?sso=failed"
+# Whether the sign-in page offers the password form (and passwords sign in at all).
+AUTH_PASSWORD_LOGIN = env_bool("AUTH_PASSWORD_LOGIN", True)
+if OIDC_ISSUER:
+    if not (OIDC_RP_CLIENT_ID and OIDC_RP_CLIENT_SECRET):
+        raise ImproperlyConfigured("OIDC_ISSUER needs OIDC_CLIENT_ID and OIDC_CLIENT_SECRET")
+    AUTHENTICATION_BACKENDS.append("chat.sso.Backend")
+# LDAP sign-in (django-auth-ldap, requirements-ldap.txt): on when LDAP_SERVER_URI is set. People
+# sign in with the password form; their account here is made (or updated) from the directory.
+LDAP_SERVER_URI = env("LDAP_SERVER_URI")
+if LDAP_SERVER_URI:
+    import ldap
+    from django_auth_ldap.config import LDAPSearch
+
+    AUTH_LDAP_SERVER_URI = LDAP_SERVER_URI
+    AUTH_LDAP_START_TLS = env_bool("LDAP_START_TLS", False)
+    AUTH_LDAP_BIND_DN = env("LDAP_BIND_DN")
+    AUTH_LDAP_BIND_PASSWORD = env("LDAP_BIND_PASSWORD")
+    AUTH_LDAP_USER_SEARCH = LDAPSearch(
+        env("LDAP_USER_BASE"), ldap.SCOPE_SUBTREE, env("LDAP_USER_FILTER", "(uid=%(user)s)")
+    )
+    AUTH_LDAP_USER_ATTR_MAP = {"email": env("LDAP_EMAIL_ATTR", "mail"), "first_name": "givenName", "last_name": "sn"}
+    AUTH_LDAP_CONNECTION_OPTIONS = {ldap.OPT_NETWORK_TIMEOUT: env_number("LDAP_TIMEOUT", 10.0, float)}
+    # Before the local passwords: a directory account signs in with its directory password.
+    AUTHENTICATION_BACKENDS.insert(1, "django_auth_ldap.backend.LDAPBackend")
+if not AUTH_PASSWORD_LOGIN:
+    if not OIDC_ISSUER:
+        raise ImproperlyConfigured("AUTH_PASSWORD_LOGIN=0 needs another way in: set OIDC_ISSUER")
+    AUTHENTICATION_BACKENDS.remove("chat.accounts.BoundedModelBackend")
+if INVITE_DAYS < 1:
+    raise ImproperlyConfigured("INVITE_DAYS must be 1 or more")

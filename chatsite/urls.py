@@ -1,3 +1,4 @@
+from django.conf import settings
 from django.contrib import admin
 from django.urls import include, path
 
@@ -9,3 +10,5 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("", include("chat.urls")),
 ]
+if settings.OIDC_ISSUER:  # /oidc/authenticate/ and /oidc/callback/ (chat/sso.py's views)
+    urlpatterns.append(path("oidc/", include("mozilla_django_oidc.urls")))

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import aiohttp
@@ -97,16 +99,27 @@ class LiveServer:
         self.stop()
 
 
-class Tab:
-    """A browser tab's websocket to a running server."""
+def wait_until(predicate, timeout: float = 15) -> bool:
+    """Poll `predicate` until true (False after `timeout`): for what the server writes as a stream
+    unwinds, just after its client left, where no event tells the test it happened."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
 
-    def __init__(self, server, user) -> None:
-        self.server, self.user = server, user
+
+class Tab:
+    """A browser tab's websocket to a running server, signed in as `who`: a user, or a session cookie."""
+
+    def __init__(self, server, who) -> None:
+        self.server, self.who = server, who
 
     async def __aenter__(self):
         from tests.conftest import session_cookie
 
-        cookie = await sync_to_async(session_cookie)(self.user)
+        cookie = self.who if isinstance(self.who, str) else await sync_to_async(session_cookie)(self.who)
         self.session = aiohttp.ClientSession()
         self.ws = await self.session.ws_connect(
             self.server.url.replace("http", "ws") + "/ws/chat/",
@@ -121,13 +134,46 @@ class Tab:
     async def send(self, **frame):
         await self.ws.send_str(orjson.dumps(frame).decode())
 
-    async def receive(self, timeout: float = 20) -> dict:
-        message = await self.ws.receive(timeout=timeout)
-        assert message.type == aiohttp.WSMsgType.TEXT, message
-        return orjson.loads(message.data)
+    async def frame(self, timeout: float = 20) -> dict:
+        """The next frame, with `at`: when it arrived (time.monotonic())."""
+        received = await self.ws.receive(timeout=timeout)
+        assert received.type == aiohttp.WSMsgType.TEXT, f"socket closed: {received}\n{self.server.output()[-4000:]}"
+        frame = orjson.loads(received.data)
+        frame["at"] = time.monotonic()
+        return frame
+
+    receive = frame
 
     async def until(self, frame_type: str, timeout: float = 20) -> list[dict]:
+        """Frames up to the first of `frame_type`; an unexpected `error` frame fails."""
         frames = []
         while not frames or frames[-1]["type"] != frame_type:
-            frames.append(await self.receive(timeout))
+            frames.append(await self.frame(timeout))
+            assert frames[-1]["type"] != "error" or frame_type == "error", frames[-1]
         return frames
+
+    async def silent_for(self, seconds: float) -> None:
+        """Nothing arrives for that long, and the socket stays open (daphne's pings are answered meanwhile)."""
+        # Not ws.receive(timeout=...): aiohttp restarts that timeout after each ping it answers.
+        try:
+            async with asyncio.timeout(seconds):
+                received = await self.ws.receive()
+                raise AssertionError(f"expected silence, got {received}")
+        except TimeoutError:
+            pass
+        assert not self.ws.closed
+
+    async def closed(self, timeout: float = 5) -> int | None:
+        """Drop frames until the server closes the socket; its close code."""
+        while True:
+            message = await self.ws.receive(timeout=timeout)
+            if message.type == aiohttp.WSMsgType.CLOSE:
+                # The server's code as sent: aiohttp's close_code turns 1006 when its answering
+                # close frame finds the server already gone.
+                return message.data
+            if message.type in (aiohttp.WSMsgType.CLOSING, aiohttp.WSMsgType.CLOSED):
+                return self.ws.close_code
+
+    async def still_open(self) -> bool:
+        await self.send(type="attach", conversation=999_999_999)
+        return (await self.until("error"))[-1]["code"] == "not_found"

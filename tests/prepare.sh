@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# What the tests need outside Python: Debian's Chromium, nginx, and PostgreSQL and Redis running.
+# What the tests need outside Python: Debian's Chromium, nginx, OpenLDAP's slapd and headers, and PostgreSQL
+# and Redis running.
 set -euo pipefail
 
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
@@ -18,6 +19,14 @@ fi
 if ! command -v nginx >/dev/null && [ ! -x /usr/sbin/nginx ]; then
   echo "tests/prepare.sh: installing nginx"
   apt_install nginx || echo "tests/prepare.sh: nginx could not be installed; tests/test_deploy.py will be skipped" >&2
+fi
+
+# LDAP: python-ldap (requirements-ldap.txt) is built against libldap2-dev and libsasl2-dev;
+# tests/test_ldap.py runs its own slapd (own data directory and port), never the packaged service.
+if [ ! -x /usr/sbin/slapd ] || ! command -v ldapwhoami >/dev/null || [ ! -f /usr/include/ldap.h ] \
+  || [ ! -f /usr/include/sasl/sasl.h ] || ! command -v gcc >/dev/null; then
+  echo "tests/prepare.sh: installing slapd, ldap-utils and the headers python-ldap builds against"
+  apt_install slapd ldap-utils libldap2-dev libsasl2-dev gcc
 fi
 
 if ! command -v pg_ctlcluster >/dev/null; then

@@ -6,7 +6,7 @@ import pytest
 from django.contrib.auth.models import Permission
 from django.core.exceptions import ValidationError
 
-from chat.models import ApiToken, Conversation, Message, Provider, Usage
+from chat.models import ApiToken, Conversation, ConversationRead, Message, Provider, Usage
 
 pytestmark = pytest.mark.django_db
 
@@ -15,6 +15,10 @@ pytestmark = pytest.mark.django_db
 def staff_client(client, django_user_model):
     client.force_login(django_user_model.objects.create_superuser("root", password="root-pw-123456"))
     return client
+
+
+# The provider page's inline of model access limits (none posted).
+NO_LIMITS = {"access_rules-TOTAL_FORMS": "0", "access_rules-INITIAL_FORMS": "0"}
 
 
 @pytest.fixture
@@ -30,7 +34,8 @@ def test_provider_key_is_never_rendered(staff_client, provider):
 
 
 def test_saving_a_provider_with_an_empty_key_keeps_the_key(staff_client, provider):
-    data = {"name": "i14", "base_url": "https://api.i14.ai/v1", "api_key": "", "default_model": "m", "model_list": ""}
+    data = {"name": "i14", "base_url": "https://api.i14.ai/v1", "api_key": "", "default_model": "m", "model_list": "",
+            **NO_LIMITS}  # fmt: skip
     response = staff_client.post(f"/admin/chat/provider/{provider.pk}/change/", {**data, "enabled": "on"})
     assert response.status_code == 302
     provider.refresh_from_db()
@@ -138,7 +143,8 @@ def test_usage_list_filters_and_totals(staff_client, history):
 
 
 def test_provider_connection_limit_is_an_admin_field(staff_client, provider):
-    data = {"name": "i14", "base_url": "https://api.i14.ai/v1", "api_key": "", "model_list": "", "enabled": "on"}
+    data = {"name": "i14", "base_url": "https://api.i14.ai/v1", "api_key": "", "model_list": "", "enabled": "on",
+            **NO_LIMITS}  # fmt: skip
     page = staff_client.get(f"/admin/chat/provider/{provider.pk}/change/").content.decode()
     assert 'name="max_connections"' in page and "UPSTREAM_PROVIDER_MAX_CONNECTIONS" in page
     staff_client.post(f"/admin/chat/provider/{provider.pk}/change/", {**data, "max_connections": "2"})
@@ -184,7 +190,7 @@ def test_revoking_tokens_needs_the_change_permission(client, django_user_model):
 
 def provider_form(**changes):
     data = {"name": "i14", "base_url": "https://api.i14.ai/v1", "api_key": "", "default_model": "", "model_list": ""}
-    return {**data, "enabled": "on", **changes}
+    return {**data, "enabled": "on", **NO_LIMITS, **changes}
 
 
 @pytest.mark.parametrize(
@@ -246,3 +252,58 @@ def test_link_local_and_metadata_base_urls_are_refused_unless_allowed(staff_clie
     settings.UPSTREAM_ALLOW_LINK_LOCAL = True
     assert staff_client.post("/admin/chat/provider/add/", form).status_code == 302
     assert Provider.objects.get(name="meta").base_url == base_url
+
+
+def test_staff_reading_a_conversation_is_recorded_and_listed(staff_client, history, settings, client):
+    staff_client.get(f"/admin/chat/conversation/{history.pk}/change/")
+    read = ConversationRead.objects.get()
+    assert read.conversation == history and read.owner == history.owner and read.reader.username == "root"
+    assert read.title == "Ocean poems"
+    listing = staff_client.get("/admin/chat/conversationread/").content.decode()
+    assert "Ocean poems" in listing and "root" in listing
+    assert staff_client.get(f"/admin/chat/conversationread/{read.pk}/delete/").status_code == 403
+    # The owner sees "Reviewed by" only where the server is set to tell them.
+    client.force_login(history.owner)
+    assert client.get(f"/api/conversations/{history.pk}").json()["reviewed_by"] is None
+    settings.CHAT_SHOW_REVIEWS = True
+    assert [r["reader"] for r in client.get(f"/api/conversations/{history.pk}").json()["reviewed_by"]] == ["root"]
+    history.delete()  # the record of the read outlives the conversation
+    assert ConversationRead.objects.get().title == "Ocean poems"
+
+
+def test_an_owner_reading_their_own_conversation_is_not_recorded(client, history):
+    history.owner.is_staff = history.owner.is_superuser = True
+    history.owner.save()
+    client.force_login(history.owner)
+    assert client.get(f"/admin/chat/conversation/{history.pk}/change/").status_code == 200
+    assert not ConversationRead.objects.exists()
+
+
+def test_conversation_filters_and_no_add_button(staff_client, history, django_user_model):
+    calm = Conversation.objects.create(owner=history.owner, title="Calm one", model="i14/m")
+    Message.objects.create(conversation=calm, role="assistant", content="fine", status="complete")
+    broken = Conversation.objects.create(owner=history.owner, title="Broken one", model="i14/m")
+    Message.objects.create(conversation=broken, role="assistant", content="", status="failed")
+
+    def titles(**query):
+        response = staff_client.get("/admin/chat/conversation/", query)
+        return sorted(c.title for c in response.context["cl"].result_list)
+
+    assert titles(last_status="stopped") == ["Ocean poems"]
+    assert titles(last_status="complete") == ["Calm one"]
+    assert titles(failed="yes") == ["Broken one"]
+    assert titles(failed="no") == ["Calm one", "Ocean poems"]
+    assert staff_client.get("/admin/chat/conversation/add/").status_code == 403
+    assert b"Add conversation" not in staff_client.get("/admin/chat/conversation/").content
+
+
+def test_a_provider_page_limits_its_models_to_groups(staff_client, provider):
+    from django.contrib.auth.models import Group
+
+    research = Group.objects.create(name="research")
+    form = provider_form(
+        **{"access_rules-TOTAL_FORMS": "1", "access_rules-0-model": "", "access_rules-0-groups": [research.pk]}
+    )
+    assert staff_client.post(f"/admin/chat/provider/{provider.pk}/change/", form).status_code == 302
+    (rule,) = provider.access_rules.all()
+    assert rule.model == "" and list(rule.groups.all()) == [research]

@@ -381,7 +381,7 @@ def test_api_conversations_can_be_stored(server, token, providers, settings):
             messages=[{"role": "system", "content": "Be brief."}, {"role": "user", "content": "[[echo]] stored?"}],
         )
     conversation = Conversation.objects.get()
-    assert conversation.system_prompt == "Be brief." and conversation.title == "[[echo]] stored?"
+    assert conversation.system_prompt == "Be brief." and conversation.title == "stored?"
     assert [m.role for m in conversation.messages.all()] == ["user", "assistant"]
     assert conversation.messages.last().content == answer.choices[0].message.content == "stored?"
     assert Usage.objects.get().message == conversation.messages.last()

@@ -29,7 +29,7 @@ from chat import budgets, upstream
 from chat.budgets import Budget, BudgetExceeded, Price, budget_for, month_start, next_month_start
 from chat.models import ApiToken, CatalogEntry, Message, Usage, begin_turn
 from tests.conftest import FAKE_KEY, MODELS
-from tests.live import ROOT, LiveServer, Tab, database_url
+from tests.live import ROOT, LiveServer, Tab, database_url, wait_until
 from tests.services import postgres_database
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -47,16 +47,6 @@ def reservation_tokens(content: str, max_tokens: int = MAX_TOKENS) -> int:
 
 def body(content: str, model: str = I14, **extra) -> dict:
     return {"model": model, "messages": [{"role": "user", "content": content}], "max_tokens": MAX_TOKENS, **extra}
-
-
-def wait_until(predicate, timeout: float = 15) -> bool:
-    # The server writes the final row as a stream unwinds, just after the client left.
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
 
 
 @pytest.fixture
@@ -547,6 +537,9 @@ async def settled(database_url: str, username: str, ran: int, refused: int) -> N
     assert 0 < total < ran * reservation_tokens(ENDLESS)
     line = await asyncio.to_thread(budget_line, database_url, username)
     assert f"spent $0, {total} tokens;" in line, line
+    # The dashboard's daily summaries followed every start, refusal and settlement (chat/rollup.py).
+    checked = await asyncio.to_thread(manage, database_url, "rollup", "--check")
+    assert "The daily summaries match the usage rows" in checked, checked
 
 
 # --- the command, the endpoint and the admin -----------------------------------------------------

@@ -45,6 +45,8 @@ async def test_send_streams_deltas_and_stores_everything(connect, alice, provide
         "finish_reason": "stop",
         "usage": done["usage"],
         "error": None,
+        "thinking_ms": done["thinking_ms"],
+        "tool_calls": None,
     }
     deltas = [f for f in frames if f["type"] == "delta"]
     assert [d["seq"] for d in deltas] == list(range(1, len(deltas) + 1))
@@ -62,6 +64,8 @@ async def test_send_streams_deltas_and_stores_everything(connect, alice, provide
     assert reply.content == joined(frames, "content") and "You wrote" in reply.content
     assert reply.reasoning == joined(frames, "reasoning")
     assert (dialect == "infyrence") == (reply.reasoning == "")  # i14 and deepseek-r1 think first
+    # How long it thought: measured, stored and sent when it reasoned; nothing when it did not.
+    assert reply.thinking_ms == done["thinking_ms"] and (done["thinking_ms"] is None) == (reply.reasoning == "")
     user_message = await Message.objects.aget(pk=started["user_message"])
     assert user_message.role == "user" and user_message.content == "What is SSE?\nTell me."
 

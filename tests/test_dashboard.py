@@ -16,7 +16,7 @@ import httpx
 import pytest
 from django.test import override_settings
 
-from chat import dashboard
+from chat import dashboard, percentiles
 from tests.conftest import session_cookie
 from tests.dashboard_data import MARCH, MODELS, PASSWORDS, PEOPLE, TOTALS, seed
 from tests.live import ROOT, LiveServer
@@ -167,15 +167,55 @@ def test_budget_share_is_the_period_spend_over_each_persons_budget(team, django_
     assert shares == {"alice": pytest.approx(0.875 / 3.5), "bob": pytest.approx((1700 + 850) / 10200), "carol": None}
 
 
-def test_both_sqlite_percentile_methods_give_the_hand_computed_figures(team, django_user_model):
-    """Short periods rank the rows with a window function, long ones walk an index: the same figures."""
+def test_sqlite_percentiles_by_rank_give_the_hand_computed_figures(team, django_user_model):
+    """SQLite has no percentile_cont: the rows ranked by a window function give the same figures."""
     rows = dashboard.usage_rows(dashboard.parse_filters(MARCH, django_user_model.objects.get(username="carol")))
     counts = {"model-a": {"ttft_ms": 4, "tokens_per_second": 4}, "model-b": {"ttft_ms": 2, "tokens_per_second": 2}}
-    expected = {model: dict(zip(dashboard.PERCENTILES, MODELS[model][3:6], strict=True)) for model in counts}
-    for method in (dashboard.percentiles_by_rank, dashboard.percentiles_by_offset):
-        found = method(rows, counts)
-        for model in counts:
-            assert found[model] == pytest.approx(expected[model]), (method.__name__, model)
+    expected = {model: dict(zip(percentiles.PERCENTILES, MODELS[model][3:6], strict=True)) for model in counts}
+    found = percentiles.percentiles_by_rank(rows, counts)
+    for model in counts:
+        assert found[model] == pytest.approx(expected[model]), model
+
+
+def percentile_cont(values: list[float], fraction: float) -> float:
+    values = sorted(values)
+    position = fraction * (len(values) - 1)
+    below = int(position)
+    above = values[min(below + 1, len(values) - 1)]
+    return values[below] + (above - values[below]) * (position - below)
+
+
+@pytest.mark.parametrize(("least", "rate"), [(10, 16), (40, 4)])
+def test_a_model_with_many_values_has_the_percentiles_of_a_sample(team, django_user_model, monkeypatch, least, rate):
+    """The sparsest sample (ids a multiple of 16, else of 4) keeping MIN_SAMPLE values answers; model-b stays exact."""
+    from chat.models import Usage
+
+    alice = team["alice"]
+    Usage.objects.bulk_create(
+        Usage(
+            user_id=alice,
+            model="model-a",
+            started=datetime(2026, 3, 20, tzinfo=UTC),
+            status="complete",
+            ttft_ms=(n * 37) % 1000,
+            tokens_per_second=float(n % 50),
+        )
+        for n in range(200)
+    )
+    monkeypatch.setattr(percentiles, "MIN_SAMPLE", least)  # model-a has 204 values, model-b 2
+    assert percentiles.sample_rate(204) == rate and percentiles.sample_rate(2) == 1
+    carol = django_user_model.objects.get(username="carol")
+    models = {m["model"]: m for m in dashboard.figures(dashboard.parse_filters(MARCH, carol)).models}
+    rows = Usage.objects.filter(model="model-a", started__month=3, ttft_ms__isnull=False)
+    sample = [(t, s) for pk, t, s in rows.values_list("pk", "ttft_ms", "tokens_per_second") if pk % rate == 0]
+    assert len(sample) >= least
+    expected = [
+        percentile_cont([t for t, _ in sample], 0.5),
+        percentile_cont([t for t, _ in sample], 0.95),
+        percentile_cont([s for _, s in sample], 0.5),
+    ]
+    assert [models["model-a"][name] for name in percentiles.PERCENTILES] == pytest.approx(expected)
+    assert [models["model-b"][name] for name in percentiles.PERCENTILES] == pytest.approx(MODELS["model-b"][3:6])
 
 
 @override_settings(TIME_ZONE="America/New_York")
@@ -293,6 +333,12 @@ def test_dashboard_in_a_browser_light_and_dark(browser, server, team, scheme, dj
             assert drawn > 10
         people = page.locator("#people-table tbody tr td:first-child")
         expect(people).to_have_count(5)
+        # Rows drawn by usage.js from the page's JSON, formatted as the template formats the other tables.
+        first = page.locator("#people-table tbody tr").first
+        user = first.get_attribute("data-user")
+        expect(first.locator("td a")).to_have_attribute("href", re.compile(rf"[?&]user={user}(&|$)"))
+        expect(first.locator("td").nth(5)).to_have_text(re.compile(r"^\$\d[\d,]*\.\d{4}$"))
+        expect(first.locator("td").nth(1)).to_have_text(re.compile(r"^\d[\d,]*$"))
         header = page.locator("#people-table th").filter(has_text="Person")
         header.get_by_role("button").click()
         expect(header).to_have_attribute("aria-sort", "descending")

@@ -20,7 +20,7 @@ from django.utils import timezone
 from chat.limits import FrameLimiter, LimitExceeded, enforce
 from chat.models import ApiToken, Conversation, Message, Usage
 from tests.conftest import MODELS
-from tests.live import LiveServer, Tab, database_url
+from tests.live import LiveServer, Tab, database_url, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -72,16 +72,6 @@ def open_streams(url: str, *requests: tuple[str, dict]):
 
 def streaming_rows() -> int:
     return Usage.objects.filter(status="streaming").count()
-
-
-def wait_until(predicate, timeout: float = 10) -> bool:
-    # The server writes a row as the stream unwinds, just after the client left.
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
 
 
 # --- /v1: streams at once, per user and per token, across processes -------------------------

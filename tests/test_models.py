@@ -11,9 +11,9 @@ import pytest
 
 from chat.models import Conversation
 from tests.conftest import FAKE_KEY, MODELS
-from tests.live import ROOT, LiveServer
+from tests.live import ROOT, LiveServer, Tab
 from tests.services import postgres_database
-from tests.test_scaleout import Tab, sign_in
+from tests.test_scaleout import sign_in
 
 FINISH = "stop_" + "x" * 35  # 40 characters for a 30-character column
 LONG = "[[finish:" + FINISH + "]] [[longid]] hi"

@@ -528,6 +528,27 @@ def test_model_picker_remembers_the_last_choice_but_a_conversation_keeps_its_own
     expect(page.get_by_label("Model")).to_have_value(API14_MINI)
 
 
+def test_model_picker_shows_only_the_models_of_the_persons_groups(new_page, alice, providers):
+    from django.contrib.auth.models import Group
+
+    from chat.models import GroupDefaults, ModelAccess
+
+    research = Group.objects.create(name="research")
+    ModelAccess.objects.create(provider=providers["infyrence"]).groups.add(research)
+    GroupDefaults.objects.create(group=research, default_model=API14_MINI)
+    page = new_page(alice)
+    open_chat(page)
+    options = page.locator("#model option")
+    expect(options).to_have_count(3)  # i14's one and api14's two; infyrence's are the group's
+    assert not [
+        value for value in options.evaluate_all("els => els.map(e => e.value)") if value.startswith("infyrence/")
+    ]
+    alice.groups.add(research)
+    open_chat(page)
+    expect(options).to_have_count(5)
+    expect(page.get_by_label("Model")).to_have_value(API14_MINI)  # the group's default
+
+
 # --- the sidebar ----------------------------------------------------------------------
 
 

@@ -15,13 +15,12 @@ from urllib.parse import urlsplit
 
 import aiohttp
 import httpx
-import orjson
 import psycopg
 import pytest
 import redis
 
 from tests.conftest import FAKE_KEY, MODELS
-from tests.live import ROOT, LiveServer
+from tests.live import ROOT, LiveServer, Tab
 from tests.proxy import TcpProxy
 from tests.services import REDIS_URL, postgres_database, redis_prefix
 
@@ -88,62 +87,6 @@ def sign_in(server, username: str = "carol", password: str = "carol-secret-pw") 
         form = {"username": username, "password": password, "csrfmiddlewaretoken": browser.cookies["csrftoken"]}
         assert browser.post("/accounts/login/", data=form).status_code == 302
         return browser.cookies["sessionid"]
-
-
-class Tab:
-    """A browser tab's websocket to one server process."""
-
-    def __init__(self, server, cookie: str) -> None:
-        self.server, self.cookie = server, cookie
-
-    async def __aenter__(self):
-        self.session = aiohttp.ClientSession()
-        self.ws = await self.session.ws_connect(
-            self.server.url.replace("http", "ws") + "/ws/chat/",
-            headers={"Origin": self.server.url, "Cookie": f"sessionid={self.cookie}"},
-        )
-        return self
-
-    async def __aexit__(self, *exc_info):
-        await self.ws.close()
-        await self.session.close()
-
-    async def send(self, **frame):
-        await self.ws.send_str(orjson.dumps(frame).decode())
-
-    async def until(self, frame_type: str, timeout: float = 20) -> list[dict]:
-        frames = []
-        while not frames or frames[-1]["type"] != frame_type:
-            frames.append(await self.frame(timeout))
-            assert frames[-1]["type"] != "error" or frame_type == "error", frames[-1]
-        return frames
-
-    async def frame(self, timeout: float = 20) -> dict:
-        received = await self.ws.receive(timeout=timeout)
-        assert received.type == aiohttp.WSMsgType.TEXT, f"socket closed: {received}\n{self.server.output()[-4000:]}"
-        frame = orjson.loads(received.data)
-        frame["at"] = time.monotonic()
-        return frame
-
-    async def silent_for(self, seconds: float) -> None:
-        """Nothing arrives for that long, and the socket stays open (daphne's pings are answered meanwhile)."""
-        # Not ws.receive(timeout=...): aiohttp restarts that timeout after each ping it answers.
-        with pytest.raises(TimeoutError):
-            async with asyncio.timeout(seconds):
-                received = await self.ws.receive()
-                pytest.fail(f"expected silence, got {received}")
-        assert not self.ws.closed
-
-    async def closed(self, timeout: float = 5) -> int | None:
-        """Drop frames until the server closes the socket; its close code."""
-        while True:
-            message = await self.ws.receive(timeout=timeout)
-            if message.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSING, aiohttp.WSMsgType.CLOSED):
-                return self.ws.close_code
-
-    async def still_open(self) -> bool:
-        await self.send(type="attach", conversation=999_999_999)
-        return (await self.until("error"))[-1]["code"] == "not_found"
 
 
 def text(frames, field="content"):
@@ -437,3 +380,53 @@ async def test_set_password_and_save_anywhere_closes_the_users_sockets_on_every_
         manage_shell(first, f"{USER}; u = User.objects.get(username='dave'); u.set_password('new-one-42'); u.save()")
         assert await one.closed() == 4401 and await two.closed() == 4401
         assert await carol.still_open()  # another user's sockets are not touched
+
+
+def manage(server, *command: str) -> str:
+    """`manage.py COMMAND …` as a process of its own on the cluster's database and Redis; its output."""
+    run = [sys.executable, "manage.py", *command]
+    done = subprocess.run(run, cwd=ROOT, env=server.setup_env, check=True, capture_output=True, timeout=60)
+    return done.stdout.decode()
+
+
+async def test_deactivate_signs_out_everywhere_and_stops_streams_on_every_process(cluster):
+    first, second = cluster
+    manage_shell(first, f"{USER}; User.objects.create_user('erin', password='erin-secret-pw')")
+    cookies = sign_in(first, "erin", "erin-secret-pw"), sign_in(second, "erin", "erin-secret-pw")
+    token = manage(first, "createtoken", "erin").strip().splitlines()[-1]
+    api = httpx.AsyncClient(timeout=30, headers={"Authorization": f"Bearer {token}"})
+    request = {"model": MODELS["i14"], "stream": True, "messages": [{"role": "user", "content": SLOW}]}
+    async with Tab(first, cookies[0]) as one, Tab(second, cookies[1]) as two, Tab(first, sign_in(first)) as carol:
+        await two.send(type="send", conversation=None, content=SLOW)  # a chat stream on the second process
+        started = (await two.until("delta"))[0]
+        async with api.stream("POST", first.url + "/v1/chat/completions", json=request) as relayed:
+            events = relayed.aiter_lines()
+            assert (await anext(events)).startswith(":")  # the /v1 stream on the first process is running
+            assert "erin deactivated" in await asyncio.to_thread(manage, first, "deactivate", "erin")
+            deactivated_at = time.monotonic()  # the command has committed and told the processes
+            codes = await one.closed(), await two.closed()
+            assert codes == (4401, 4401), f"{codes}\n{first.output()[-3000:]}\n{second.output()[-3000:]}"
+            closed_after = time.monotonic() - deactivated_at
+            rest = [line async for line in events]
+        assert await carol.still_open()
+    print(f"sockets on both processes closed {closed_after:.3f} s after `manage.py deactivate` returned")
+    assert closed_after < 3  # "within a second"; the margin is for a loaded machine
+    # The /v1 stream was ended, not left to finish: an error event, then [DONE].
+    assert "data: [DONE]" in rest and any("deactivated" in line for line in rest), rest[-5:]
+    assert (await api.get(first.url + "/v1/models")).status_code == 401  # the token, from the next request
+    await api.aclose()
+    with psycopg.connect(first.database_url) as db:
+        for _ in range(100):  # the stop travels to the second process and is saved there
+            (status,) = db.execute("SELECT status FROM chat_message WHERE id = %s", [started["message"]]).fetchone()
+            if status != "streaming":
+                break
+            await asyncio.sleep(0.1)
+        assert status == "stopped"
+        sessions = db.execute("SELECT count(*) FROM django_session WHERE session_key = ANY(%s)", [list(cookies)])
+        assert sessions.fetchone() == (0,)
+        kept = db.execute(
+            "SELECT (SELECT count(*) FROM chat_conversation c JOIN auth_user u ON u.id = c.owner_id"
+            " WHERE u.username = 'erin'), (SELECT count(*) FROM chat_usage s JOIN auth_user u ON u.id = s.user_id"
+            " WHERE u.username = 'erin')"
+        ).fetchone()
+    assert kept[0] >= 1 and kept[1] == 2  # the chat's and the API request's usage rows stay

@@ -422,7 +422,8 @@ def test_sigterm_in_the_multi_process_setup_ends_the_stream_for_watchers_on_the_
 
 
 async def stop_the_owner_while_the_other_watches(first, second):
-    from tests.test_scaleout import Tab, sign_in
+    from tests.live import Tab
+    from tests.test_scaleout import sign_in
 
     cookie = await asyncio.to_thread(sign_in, first)
     async with Tab(first, cookie) as tab, Tab(second, cookie) as other:

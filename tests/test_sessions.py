@@ -7,6 +7,7 @@ a session deleted behind its back) is closed with 4401; streams go on.
 from __future__ import annotations
 
 import asyncio
+import io
 import re
 import time
 from contextlib import asynccontextmanager
@@ -18,9 +19,10 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.contrib.sessions.models import Session
+from django.core.management import call_command
 from django.db import connection
 
-from chat.models import Conversation, Message, Usage
+from chat.models import ApiToken, Conversation, Message, Usage
 from tests.conftest import session_cookie
 from tests.live import LiveServer, database_url
 
@@ -102,7 +104,11 @@ async def close_code(ws, timeout: float = 5) -> int | None:
     async with asyncio.timeout(timeout):
         while True:
             message = await ws.receive()
-            if message.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSING, aiohttp.WSMsgType.CLOSED):
+            if message.type == aiohttp.WSMsgType.CLOSE:
+                # The server's code as sent: aiohttp's close_code turns 1006 when its answering
+                # close frame finds the server already gone.
+                return message.data
+            if message.type in (aiohttp.WSMsgType.CLOSING, aiohttp.WSMsgType.CLOSED):
                 return ws.close_code
 
 
@@ -166,28 +172,102 @@ async def test_a_password_change_closes_the_other_sessions_sockets_and_keeps_the
     assert (await changing.http.get("/")).status_code == 200
 
 
+async def deactivate_in_admin(staff: Browser, user) -> None:
+    """Untick "active" on the user's admin page and save, as staff would."""
+    form = await staff.http.get(f"/admin/auth/user/{user.pk}/change/")
+    assert form.status_code == 200
+    # The management fields of whatever inlines the user admin has (the budget one, say).
+    management = dict(re.findall(r'name="([\w-]+-(?:TOTAL|INITIAL|MIN_NUM|MAX_NUM)_FORMS)" value="(\d*)"',
+                                 form.text))  # fmt: skip
+    saved = await staff.post(
+        f"/admin/auth/user/{user.pk}/change/",
+        **management,
+        username=user.username,
+        date_joined_0=user.date_joined.strftime("%Y-%m-%d"),
+        date_joined_1=user.date_joined.strftime("%H:%M:%S"),
+        _save="Save",
+    )  # is_active left out: the checkbox unticked
+    assert saved.status_code == 302, saved.text
+
+
 async def test_deactivating_a_user_in_the_admin_closes_all_their_sockets(fresh, browsers, alice, django_user_model):
     admin = await sync_to_async(django_user_model.objects.create_superuser)("root", password="root-secret-pw")
     first, second = await browsers(alice), await browsers(alice)
     staff = await browsers(admin)
     async with first.socket() as one, second.socket() as two:
         assert await still_open(one) and await still_open(two)
-        form = await staff.http.get(f"/admin/auth/user/{alice.pk}/change/")
-        assert form.status_code == 200
-        # The management fields of whatever inlines the user admin has (the budget one, say).
-        management = dict(re.findall(r'name="([\w-]+-(?:TOTAL|INITIAL|MIN_NUM|MAX_NUM)_FORMS)" value="(\d*)"',
-                                     form.text))  # fmt: skip
-        saved = await staff.post(
-            f"/admin/auth/user/{alice.pk}/change/",
-            **management,
-            username="alice",
-            date_joined_0=alice.date_joined.strftime("%Y-%m-%d"),
-            date_joined_1=alice.date_joined.strftime("%H:%M:%S"),
-            _save="Save",
-        )  # is_active left out: the checkbox unticked
-        assert saved.status_code == 302, saved.text
+        await deactivate_in_admin(staff, alice)
         assert await close_code(one) == 4401 and await close_code(two) == 4401
     assert not (await django_user_model.objects.aget(pk=alice.pk)).is_active
+
+
+async def test_deactivation_deletes_sessions_stops_streams_refuses_tokens_and_keeps_the_history(
+    fresh, browsers, alice, admin_user, providers, fake
+):
+    browser, staff = await browsers(alice), await browsers(admin_user)
+    _, secret = await sync_to_async(ApiToken.issue)(alice, "script")
+    token = {"Authorization": f"Bearer {secret}"}
+    assert (await browser.http.get("/v1/models", headers=token)).status_code == 200
+    async with browser.socket() as ws:
+        await send(ws, type="send", conversation=None, content=SLOW, model=CLAUDE)
+        started = (await until(ws, "delta"))[0]
+        await deactivate_in_admin(staff, alice)
+        assert await close_code(ws) == 4401
+    assert not await Session.objects.filter(session_key=browser.session_key).aexists()
+    assert (await browser.http.get("/v1/models", headers=token)).status_code == 401
+    # The stream was stopped, not left to run: the upstream saw its client go, well before its end.
+    assert await asyncio.to_thread(fake.app.last().disconnected.wait, 10)
+    for _ in range(50):  # then the reply is saved, on the server process, with no event to await here
+        if (reply := await Message.objects.aget(pk=started["message"])).status != "streaming":
+            break
+        await asyncio.sleep(0.1)
+    assert reply.status == "stopped"
+    assert await Conversation.objects.filter(owner=alice).acount() == 1
+    assert (await Usage.objects.aget(message=reply)).status == "stopped"
+
+
+async def test_manage_py_deactivate_deletes_sessions_and_refuses_tokens(browsers, alice, bob):
+    mine, theirs = await browsers(alice), await browsers(bob)
+    _, secret = await sync_to_async(ApiToken.issue)(alice, "script")
+    out = io.StringIO()
+    await sync_to_async(call_command)("deactivate", "alice", stdout=out)
+    assert "alice deactivated" in out.getvalue()
+    assert not await Session.objects.filter(session_key=mine.session_key).aexists()
+    assert await Session.objects.filter(session_key=theirs.session_key).aexists()
+    assert (await mine.http.get("/")).status_code == 302  # to the sign-in page
+    assert (await mine.http.get("/v1/models", headers={"Authorization": f"Bearer {secret}"})).status_code == 401
+    await sync_to_async(call_command)("deactivate", "alice", stdout=out)
+    assert "already deactivated" in out.getvalue()
+
+
+async def test_manage_py_deactivate_from_another_process_closes_sockets_and_stops_streams_in_a_second(
+    browsers, alice, providers, fake
+):
+    """Without Redis the command cannot reach the server: the server notices the account within a second."""
+    browser = await browsers(alice)
+    async with browser.socket() as ws:
+        await send(ws, type="send", conversation=None, content=SLOW, model=CLAUDE)
+        started = (await until(ws, "delta"))[0]
+        await sync_to_async(call_command)("deactivate", "alice", stdout=io.StringIO())
+        deactivated = time.monotonic()
+        assert await close_code(ws) == 4401
+        assert time.monotonic() - deactivated < 3
+    assert await asyncio.to_thread(fake.app.last().disconnected.wait, 10)  # the stream was stopped
+    for _ in range(50):  # then saved, on the server process, with no event to await here
+        if (reply := await Message.objects.aget(pk=started["message"])).status != "streaming":
+            break
+        await asyncio.sleep(0.1)
+    assert reply.status == "stopped"
+
+
+async def test_a_bulk_deactivation_that_sends_no_signal_still_closes_the_sockets(
+    browsers, alice, bob, django_user_model
+):
+    async with (await browsers(alice)).socket() as ws, (await browsers(bob)).socket() as bobs:
+        assert await still_open(ws)
+        await django_user_model.objects.filter(pk=alice.pk).aupdate(is_active=False)
+        assert await close_code(ws) == 4401
+        assert await still_open(bobs)
 
 
 async def test_deleting_a_user_in_the_admin_closes_their_sockets(fresh, browsers, alice, bob, admin_user):

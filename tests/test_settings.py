@@ -108,3 +108,32 @@ def test_csrf_cookie_is_http_only(client):
     response = client.get("/accounts/login/")
     cookie = response.cookies["csrftoken"]
     assert cookie.value and cookie["httponly"] is True
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("console://", {"EMAIL_BACKEND": "django.core.mail.backends.console.EmailBackend"}),
+        (
+            "smtp://bot%40example.com:p%40ss@mail.example.com:587?tls=1",
+            {"EMAIL_HOST": "mail.example.com", "EMAIL_PORT": 587, "EMAIL_HOST_USER": "bot@example.com",
+             "EMAIL_HOST_PASSWORD": "p@ss", "EMAIL_USE_TLS": True, "EMAIL_USE_SSL": False},
+        ),
+        ("smtps://mail.example.com", {"EMAIL_PORT": 465, "EMAIL_USE_SSL": True, "EMAIL_USE_TLS": False}),
+        ("smtp+tls://mail.example.com", {"EMAIL_PORT": 587, "EMAIL_USE_TLS": True}),
+        ("smtp://127.0.0.1", {"EMAIL_PORT": 25, "EMAIL_USE_TLS": False, "EMAIL_HOST_USER": ""}),
+        ("file:///var/mail/chat", {"EMAIL_FILE_PATH": "/var/mail/chat"}),
+    ],
+)  # fmt: skip
+def test_email_url(url, expected):
+    from chatsite import mailconfig
+
+    parsed = mailconfig.parse(url)
+    assert expected.items() <= parsed.items()
+
+
+def test_email_is_printed_by_default_and_a_bad_email_url_stops_the_start():
+    shown = manage("shell", "-c", "from django.conf import settings; print(settings.EMAIL_BACKEND)", env={})
+    assert shown.stdout.strip().splitlines()[-1] == "django.core.mail.backends.console.EmailBackend"
+    refused = manage("check", env={"EMAIL_URL": "pop3://mail.example.com"})
+    assert refused.returncode != 0 and "EMAIL_URL: unknown scheme 'pop3'" in refused.stderr

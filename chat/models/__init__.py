@@ -1,18 +1,24 @@
 """The chat app's models, one module per concern, re-exported here where Django and the code expect them.
 
 - providers: the upstreams and their models
+- access: which groups may use which models, and each group's defaults
 - conversations: conversations, messages and the start of a turn
 - tokens: personal API tokens
+- invites: single-use links to join
 - usage: one row per stream, metered
+- rollups: the usage rows' daily sums, kept by triggers (chat/rollup.py), for the dashboard
 - workers: one lease per serving process
 - attachments: uploaded files, sent with a message
+- reviews: reads of a conversation by someone other than its owner
 - chat/budgets.py: prices and monthly budgets (their models are re-exported here too)
 """
 
 from ..budgets import Budget, Limit, Price, Spent, budget_for, month_start, price_unpriced, priced, spent
+from .access import Access, GroupDefaults, ModelAccess, access_for
 from .attachments import Attachment, AttachmentQuerySet
 from .base import ChatError, Status, fit
 from .conversations import Conversation, ConversationQuerySet, Message, MessageQuerySet, Turn, begin_turn
+from .invites import Invite, InviteQuerySet
 from .providers import (
     DEMO_MODEL,
     DEMO_PROVIDER,
@@ -24,6 +30,8 @@ from .providers import (
     stream_state,
     timeouts,
 )
+from .reviews import ConversationRead, ConversationReadQuerySet
+from .rollups import PersonDay, PersonMonth, UsageDay
 from .tokens import TOKEN_PREFIX, ApiToken, ApiTokenQuerySet
 from .usage import Usage, UsageQuerySet
 from .workers import INTERRUPTED_ERROR, Worker, WorkerQuerySet
@@ -33,6 +41,7 @@ __all__ = [
     "DEMO_PROVIDER",
     "INTERRUPTED_ERROR",
     "TOKEN_PREFIX",
+    "Access",
     "ApiToken",
     "ApiTokenQuerySet",
     "Attachment",
@@ -42,9 +51,17 @@ __all__ = [
     "ChatError",
     "Conversation",
     "ConversationQuerySet",
+    "ConversationRead",
+    "ConversationReadQuerySet",
+    "GroupDefaults",
+    "Invite",
+    "InviteQuerySet",
     "Limit",
     "Message",
     "MessageQuerySet",
+    "ModelAccess",
+    "PersonDay",
+    "PersonMonth",
     "Price",
     "Provider",
     "ProviderQuerySet",
@@ -52,9 +69,11 @@ __all__ = [
     "Status",
     "Turn",
     "Usage",
+    "UsageDay",
     "UsageQuerySet",
     "Worker",
     "WorkerQuerySet",
+    "access_for",
     "begin_turn",
     "budget_for",
     "client",

@@ -29,6 +29,22 @@ class ConversationQuerySet(models.QuerySet):
     def owned_by(self, user):
         return self.filter(owner=user)
 
+    def untouched_for(self, days: int):
+        """Conversations not updated for `days` days (retention: `manage.py purge`)."""
+        return self.filter(updated__lt=timezone.now() - timedelta(days=days))
+
+    def with_last_answer_status(self):
+        """Each conversation with `last_status`: the status of its newest answer (None without one)."""
+        last = Message.objects.filter(conversation=models.OuterRef("pk"), role=Message.Role.ASSISTANT)
+        return self.annotate(last_status=models.Subquery(last.order_by("-created", "-pk").values("status")[:1]))
+
+    def with_failed_answers(self, failed: bool = True):
+        """Conversations with (or without) an answer that failed or was interrupted."""
+        bad = Message.objects.filter(
+            conversation=models.OuterRef("pk"), status__in=[Message.Status.FAILED, Message.Status.INTERRUPTED]
+        )
+        return self.filter(models.Exists(bad)) if failed else self.exclude(models.Exists(bad))
+
     def search(self, query: str):
         """Conversations whose title or any message contains the query."""
         if not query:

@@ -13,6 +13,7 @@ from django.db import DatabaseError, models
 from django.utils import timezone
 
 from .. import upstream
+from .access import Access
 from .base import MODEL_MAX_LENGTH, ChatError
 
 log = logging.getLogger(__name__)
@@ -68,27 +69,32 @@ class ProviderQuerySet(models.QuerySet):
     def enabled(self):
         return self.filter(enabled=True)
 
-    async def acatalog(self) -> list[CatalogEntry]:
-        """Every (provider, model) pair of the enabled providers, in provider order."""
+    async def acatalog(self, access: Access | None = None) -> list[CatalogEntry]:
+        """Every (provider, model) pair of the enabled providers, in provider order; with `access`, its own."""
         providers = [p async for p in self.enabled().order_by("pk")]
         lists = await asyncio.gather(*(p.amodel_ids() for p in providers))
-        return [CatalogEntry(p, m) for p, ids in zip(providers, lists, strict=True) for m in ids]
+        catalog = [CatalogEntry(p, m) for p, ids in zip(providers, lists, strict=True) for m in ids]
+        if access is not None:
+            catalog = [entry for entry in catalog if access.allows(entry.provider.pk, entry.model)]
+        return catalog
 
-    async def aresolve(self, model: str | None) -> CatalogEntry:
-        """The provider and model id for a requested model (plain, or `provider/model`)."""
+    async def aresolve(self, model: str | None, access: Access | None = None) -> CatalogEntry:
+        """The provider and model id for a requested model (plain, or `provider/model`).
+
+        With `access` (chat/models/access.py), a model that person may not use is refused
+        (`model_not_allowed`), and no model means their group's default, else the site's.
+        """
         catalog = await self.acatalog()
         if not catalog:
             raise ChatError("no_provider", "No upstream provider is enabled.")
         if not model:
-            first = catalog[0].provider
-            return CatalogEntry(first, first.default_model or catalog[0].model)
-        for entry in catalog:
-            if entry.model == model:
-                return entry
-        for entry in catalog:
-            if entry.qualified == model:
-                return entry
-        raise ChatError("unknown_model", f"Unknown model {model!r}.")
+            return default_entry(catalog, access)
+        entry = find(catalog, model)
+        if entry is None:
+            raise ChatError("unknown_model", f"Unknown model {model!r}.")
+        if access is not None and not access.allows(entry.provider.pk, entry.model):
+            raise ChatError("model_not_allowed", f"You may not use the model {model!r}; ask an administrator.")
+        return entry
 
     def sync_from_settings(self) -> Provider | None:
         """Create or update the provider named by UPSTREAM_* (or the demo one) at start-up."""
@@ -117,6 +123,30 @@ class ProviderQuerySet(models.QuerySet):
             )
             return provider
         return None
+
+
+def find(catalog: list[CatalogEntry], model: str) -> CatalogEntry | None:
+    """The entry a plain id (first provider listing it) or a `provider/model` id names."""
+    for entry in catalog:
+        if entry.model == model:
+            return entry
+    for entry in catalog:
+        if entry.qualified == model:
+            return entry
+    return None
+
+
+def default_entry(catalog: list[CatalogEntry], access: Access | None = None) -> CatalogEntry:
+    """What a request naming no model gets: the group's default, the first provider's, or the first allowed."""
+    first = catalog[0].provider
+    site = CatalogEntry(first, first.default_model or catalog[0].model)
+    if access is None:
+        return site
+    chosen = find(catalog, access.default_model) if access.default_model else None
+    for entry in (chosen, site, *catalog):
+        if entry is not None and access.allows(entry.provider.pk, entry.model):
+            return entry
+    raise ChatError("model_not_allowed", "No model is available to you; ask an administrator.")
 
 
 def demo_api_key() -> str:

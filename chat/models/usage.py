@@ -87,14 +87,14 @@ class Usage(models.Model):
     class Meta:
         ordering = ["-started"]
         verbose_name_plural = "usage"
-        # (user, started): a person's spend this month (budgets) and own rows on the dashboard. For the
-        # usage dashboard (chat/dashboard.py) also: the SQLite percentiles of long periods, which walk
-        # (model, value) in order to an OFFSET instead of sorting; and the period's GROUP BYs read from
-        # one index instead of the table (a covering index).
+        # (user, started): a person's spend this month (budgets), own rows and last activity on the
+        # dashboard. For the usage dashboard (chat/dashboard.py) also: a person's or group's figures
+        # and the percentiles read the period's rows from one index instead of the table (a covering
+        # index). Not declared here: the partial indexes `usage_sample_4` and `_16` (one row in 4, in
+        # 16, for the percentiles of big periods) and the daily summaries' triggers: chat/rollup.py
+        # makes them.
         indexes = [
             models.Index(fields=["user", "started"]),
-            models.Index(fields=["model", "ttft_ms", "started"], name="usage_model_ttft"),
-            models.Index(fields=["model", "tokens_per_second", "started"], name="usage_model_speed"),
             models.Index(fields=COVERING, name="usage_dashboard_covering"),
         ]
 

@@ -26,6 +26,10 @@ class WorkerQuerySet(models.QuerySet):
         """Workers whose lease has not been renewed for `lease`: their process is gone."""
         return self.filter(heartbeat__lt=timezone.now() - lease)
 
+    def alive(self, lease: timedelta):
+        """Workers whose lease is current: their process serves."""
+        return self.filter(heartbeat__gte=timezone.now() - lease)
+
 
 class Worker(models.Model):
     """A serving process. It renews its heartbeat every few seconds; an expired one is dead.

@@ -184,6 +184,7 @@ async function openConversation(id, { push = true } = {}) {
   state.pending = null;
   clearThread();
   setTitle(data.title);
+  showReviews(data.reviewed_by);
   sidebar.setActive(data.id);
   picker.choose(data.model);
   settings.fill(data);
@@ -201,7 +202,18 @@ async function openConversation(id, { push = true } = {}) {
   attach(data.id); // the snapshot and live deltas of a running answer, and other tabs' turns
 }
 
+/** "Reviewed by …": who else read this conversation (shown only where the server is set to tell owners). */
+function showReviews(reads) {
+  const line = $("reviewed-by");
+  line.hidden = !reads?.length;
+  if (!reads?.length) return;
+  const names = [...new Set(reads.map((read) => read.reader || "a deleted user"))];
+  const last = new Date(reads[0].read).toLocaleString();
+  line.textContent = `Reviewed by ${names.join(", ")} (last ${last})`;
+}
+
 function newChat({ push = true } = {}) {
+  showReviews(null);
   state.loadSeq += 1;
   state.loaded = false;
   state.conversation = null;

@@ -1,4 +1,5 @@
-// The usage dashboard: draws the two stacked bar charts from the page's JSON, sorts the tables, shows the custom range.
+// The usage dashboard: draws the two stacked bar charts and the people table from the page's JSON, sorts the tables,
+// shows the custom range.
 import "../vendor/chartjs/chart.umd.min.js"; // sets globalThis.Chart (UMD build: see refreshvendor.py)
 
 const Chart = globalThis.Chart;
@@ -14,6 +15,8 @@ function cssVar(name) {
 
 const money = new Intl.NumberFormat("en-US", { style: "currency", currency: "USD", maximumFractionDigits: 4 });
 const count = new Intl.NumberFormat("en-US");
+// As the template's usage_format filters write them: "$1,234.5000", "1,234", "25.0 %".
+const cost = new Intl.NumberFormat("en-US", { minimumFractionDigits: 4, maximumFractionDigits: 4 });
 
 function drawChart(canvas, days, series, format) {
   const models = Object.keys(series);
@@ -58,10 +61,7 @@ function drawChart(canvas, days, series, format) {
   });
 }
 
-function drawCharts() {
-  const element = document.getElementById("usage-data");
-  if (!element) return;
-  const data = JSON.parse(element.textContent);
+function drawCharts(data) {
   for (const [id, series, format] of [
     ["cost-chart", data.cost, (v) => money.format(v)],
     ["tokens-chart", data.tokens, (v) => count.format(v)],
@@ -77,6 +77,42 @@ function drawCharts() {
     }
   }
   document.documentElement.dataset.charts = "drawn";
+}
+
+function cell(row, text, value, numeric = true) {
+  const td = row.insertCell();
+  if (numeric) td.className = "num";
+  td.dataset.value = value ?? "";
+  if (text instanceof Node) td.append(text);
+  else td.textContent = text;
+}
+
+// One row per person, in the order the server sorted them (by cost); names link to their own figures for staff.
+function fillPeople(data) {
+  const table = document.getElementById("people-table");
+  if (!table || !data.people.length) return;
+  const rows = data.people.map((person) => {
+    const row = document.createElement("tr");
+    row.dataset.user = person.user_id;
+    let name = person.username;
+    if (table.dataset.links) {
+      const query = new URLSearchParams(window.location.search);
+      query.set("user", person.user_id);
+      name = document.createElement("a");
+      name.href = `?${query}`;
+      name.textContent = person.username;
+    }
+    cell(row, name, person.username, false);
+    for (const column of ["requests", "prompt_tokens", "completion_tokens", "reasoning_tokens"]) {
+      cell(row, count.format(person[column]), person[column]);
+    }
+    cell(row, `$${cost.format(Number(person.cost))}`, person.cost);
+    const share = person.budget_share;
+    cell(row, share === null ? "–" : `${(share * 100).toFixed(1)} %`, share);
+    cell(row, person.last_active_shown, person.last_active, false);
+    return row;
+  });
+  table.tBodies[0].replaceChildren(...rows);
 }
 
 function cellValue(row, column, numeric) {
@@ -122,5 +158,8 @@ function customRange() {
 }
 
 customRange();
+const figures = document.getElementById("usage-data");
+const data = figures ? JSON.parse(figures.textContent) : null; // none when the filters were refused
+if (data) fillPeople(data);
 for (const table of document.querySelectorAll("table[data-sortable]")) makeSortable(table);
-drawCharts();
+if (data) drawCharts(data);

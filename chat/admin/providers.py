@@ -1,0 +1,76 @@
+"""Providers in the admin: the key write-only, models limited to groups, health and a connection test."""
+
+from asgiref.sync import async_to_sync
+from django import forms
+from django.contrib import admin, messages
+from django.utils.html import format_html
+from django.utils.timesince import timesince
+
+from ..models import ModelAccess, Provider
+
+
+class ProviderForm(forms.ModelForm):
+    base_url = forms.URLField(label="base URL", max_length=500, assume_scheme="https")
+    # The key is write-only: never rendered back into the page.
+    api_key = forms.CharField(
+        label="API key",
+        required=False,
+        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password"}),
+        help_text="Leave empty to keep the current key.",
+    )
+
+    class Meta:
+        model = Provider
+        fields = [
+            "name", "base_url", "api_key", "default_model", "model_list", "image_models", "max_connections", "enabled",
+        ]  # fmt: skip
+
+    def clean_api_key(self):
+        key = self.cleaned_data["api_key"]
+        # Provider.clean() refuses a kept key when the base URL moved to another server.
+        self.instance.key_entered = bool(key)
+        return key or (self.instance.api_key if self.instance.pk else "")
+
+
+class ModelAccessInline(admin.TabularInline):
+    """Who may use this provider's models: a row per limited model, or one with no model for the whole list."""
+
+    model = ModelAccess
+    extra = 0
+    fields = ["model", "groups"]
+    filter_horizontal = ["groups"]
+    verbose_name_plural = "limited to groups (no row: everyone may use every model)"
+
+
+@admin.register(Provider)
+class ProviderAdmin(admin.ModelAdmin):
+    form = ProviderForm
+    inlines = [ModelAccessInline]
+    list_display = ["name", "base_url", "default_model", "enabled", "has_key", "health", "updated"]
+    list_filter = ["enabled"]
+    search_fields = ["name", "base_url"]
+    readonly_fields = ["reached", "last_error", "last_error_at"]
+    actions = ["test_connection"]
+
+    @admin.display(boolean=True, description="key set")
+    def has_key(self, provider):
+        return bool(provider.api_key)
+
+    @admin.display(description="health")
+    def health(self, provider):
+        """The last success and, if it came after, the last error."""
+        if provider.last_error_at and (not provider.reached or provider.last_error_at > provider.reached):
+            return format_html(
+                '<span class="provider-error" title="{}">error {} ago</span>',
+                provider.last_error,
+                timesince(provider.last_error_at),
+            )
+        if provider.reached:
+            return format_html('<span class="provider-ok">reached {} ago</span>', timesince(provider.reached))
+        return "not tried yet"
+
+    @admin.action(description="Test connection (list the models now)")
+    def test_connection(self, request, queryset):
+        for provider in queryset:
+            reachable, said = async_to_sync(provider.acheck)()
+            self.message_user(request, said, messages.SUCCESS if reachable else messages.ERROR)

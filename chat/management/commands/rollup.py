@@ -1,0 +1,32 @@
+"""Rebuild the dashboard's daily summaries from the usage rows, and their triggers for today's TIME_ZONE."""
+
+from django.core.management.base import BaseCommand, CommandError
+
+from chat import rollup
+from chat.models import PersonDay, UsageDay
+
+
+class Command(BaseCommand):
+    help = (
+        "Recreate the triggers that keep the usage dashboard's daily summaries and refill them from the "
+        "usage rows. Run it after changing DJANGO_TIME_ZONE (until then the dashboard reads the rows)."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("--check", action="store_true", help="Only compare the summaries with the rows.")
+
+    def handle(self, *args, check=False, **options):
+        if check:
+            found = rollup.mismatches()
+            for line in found[:50]:
+                self.stdout.write(line)
+            if found:
+                raise CommandError(f"The daily summaries differ from the usage rows in {len(found):,} places.")
+            self.stdout.write(f"The daily summaries match the usage rows (days in {rollup.installed_zone()}).")
+            return
+        rollup.install()
+        if options["verbosity"]:
+            self.stdout.write(
+                f"Daily summaries rebuilt in {rollup.installed_zone()}: {UsageDay.objects.count():,} days by model, "
+                f"{PersonDay.objects.count():,} days by person."
+            )

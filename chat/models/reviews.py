@@ -1,0 +1,45 @@
+"""Review that is recorded: every read of a conversation by someone other than its owner."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+
+class ConversationReadQuerySet(models.QuerySet):
+    def of(self, conversation):
+        """The reads of one conversation, newest first, with their readers."""
+        return self.filter(conversation=conversation).select_related("reader").order_by("-read")
+
+
+class ConversationRead(models.Model):
+    """Who read whose conversation, when. Kept when the conversation is deleted (its title and owner stay)."""
+
+    conversation = models.ForeignKey(
+        "chat.Conversation", on_delete=models.SET_NULL, null=True, blank=True, related_name="reads"
+    )
+    title = models.CharField(max_length=200, blank=True, help_text="The conversation's title when it was read.")
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="conversations_read_by_others"
+    )
+    reader = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="reads")
+    read = models.DateTimeField(auto_now_add=True, db_index=True)
+    where = models.CharField(max_length=40, default="admin", help_text="Which page showed it.")
+
+    objects = ConversationReadQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-read"]
+
+    def __str__(self) -> str:
+        return f"{self.reader} read “{self.title}” of {self.owner}"
+
+    @classmethod
+    def record(cls, conversation, reader, where: str = "admin") -> ConversationRead | None:
+        """A read by anyone but the owner is recorded; the owner's own reads are not."""
+        if reader.pk == conversation.owner_id:
+            return None
+        return cls.objects.create(
+            conversation=conversation, title=conversation.title, owner_id=conversation.owner_id, reader=reader,
+            where=where,
+        )  # fmt: skip
