@@ -169,11 +169,11 @@ def stream_and_measure(page, shape: str) -> dict:
 
 
 # The acceptance check, at 200 tokens a second: under 1 s of long tasks in all and none over
-# 100 ms. Met on a quiet machine (0.41 s, longest 102 ms for the paragraph; 0.13 s, one task of 126 ms
-# for the code block: the full render of the block when it closes); on 2 cores shared with other test
-# runs the same code measured up to 1.2 s and a 562 ms task. So that this test stays steady there, it
-# bounds the total at 3 s, which the renderer before failed by far (25 s and 37 s on this machine);
-# the figures are printed on every run.
+# 100 ms. The total is met on a quiet machine (paragraph 0.26-0.41 s, longest 102-133 ms; code block
+# 0.11-0.13 s, one task of 107-126 ms: the block's full render when it closes). On 2 cores shared with
+# other test runs the same code measured up to 1.2 s and a 562 ms task, so that this test stays steady
+# there it bounds the total at 3 s, which the renderer before failed by far (25 s and 37 s on this
+# machine); the figures are printed on every run.
 
 
 def check_long_tasks(figures: dict) -> None:
