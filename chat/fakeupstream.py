@@ -24,7 +24,7 @@ Routes (any path prefix is accepted, so the app can be mounted anywhere)::
 The scenario is chosen by ``[[name]]`` / ``[[name:value]]`` directives in the
 last user message: echo, chunks:N, size:N, reasoning:N, delay:MS, wait:MS,
 fault:cut|eof|midstream|malformed, malformed:N, status:CODE, html, echoauth, tools,
-length, comment, stamp (see ``FakeUpstream``).
+length, comment, stamp, shape:paragraph|code (see ``FakeUpstream``).
 
 Every chat/completions request is recorded as a ``StreamRecord`` whose
 ``threading.Event`` attributes let tests running in another thread wait for the
@@ -129,6 +129,12 @@ _FILLER_WORDS = (
     "Streaming tokens from the demo upstream keeps the relay busy while the benchmark "
     "measures latency, throughput and fairness across many concurrent streams."
 ).split()
+# [[shape:paragraph]] and [[shape:code]]: one long paragraph with inline markup, one long code block.
+_PARAGRAPH_TEXT = "Some **bold** words, a [link](https://example.com/) and `code` in one long paragraph. "
+_CODE_TEXT = (
+    "def total(items):\n    result = 0\n    for item in items:\n"
+    "        result += item.price * item.count\n    return result\n\n"
+)
 _TOOL_ARGS = ('{"city": "Paris", "unit": "celsius"}', '{"city": "Tokyo", "unit": "celsius"}')
 _ALNUM = string.ascii_letters + string.digits
 _PH = "\x00"
@@ -215,6 +221,15 @@ def _split(text: str, start: int = 0) -> list[str]:
 def _cycle_pieces(text: str, n: int) -> list[str]:
     base = _split(text)
     return [base[i % len(base)] for i in range(n)]
+
+
+def _shaped(shape: str, n: int) -> list[str] | None:
+    """N content pieces forming one block: a paragraph, or a python code block (fences included)."""
+    if shape == "paragraph":
+        return _cycle_pieces(_PARAGRAPH_TEXT, n)
+    if shape == "code":
+        return ["```python\n", *_cycle_pieces(_CODE_TEXT, max(0, n - 2)), "\n```\n"][:n]
+    return None
 
 
 def _message_text(content: Any) -> str:
@@ -510,7 +525,8 @@ class FakeUpstream:
     before the answer; with ``[[status:CODE]]``: ``[[html]]`` an HTML error page instead of
     JSON, ``[[echoauth]]`` the request's Authorization header echoed in the error message.
     ``[[finish:TEXT]]`` the finish_reason of a finished stream; ``[[longid]]`` a 300-character
-    completion id (also infyrence's X-Request-Id).
+    completion id (also infyrence's X-Request-Id). ``[[shape:paragraph|code]]`` with ``chunks:N``:
+    the N chunks make one paragraph with inline markup, or one python code block (fences included).
     """
 
     def __init__(
@@ -833,6 +849,8 @@ class FakeUpstream:
             paragraph = paragraph[:998].rstrip() + ".\n\n"
             piece = (paragraph * (size // len(paragraph) + 1))[:size]
             content = [piece] * n_chunks
+        elif n_chunks is not None and _shaped(directives.get("shape", ""), 0) is not None:
+            content = _shaped(directives["shape"], n_chunks) or []
         elif n_chunks is not None:
             content = [_FILLER_WORDS[i % len(_FILLER_WORDS)] + " " for i in range(n_chunks)]
         elif "echo" in directives:

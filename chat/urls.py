@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from . import api, attachment_views, dashboard_views, invites, views
+from . import api, attachment_views, dashboard_views, diagram_views, invites, views
 from .accounts import sign_in_view
 
 urlpatterns = [
@@ -37,6 +37,7 @@ urlpatterns = [
     path("api/conversations/<int:conversation_id>", views.conversation, name="conversation-detail"),
     path("settings/tokens/", views.tokens, name="tokens"),
     path("docs/api/", views.api_guide, name="api-guide"),
+    path("diagram-frame/", diagram_views.diagram_frame, name="diagram-frame"),
     path("usage/", dashboard_views.usage, name="usage"),
     path("usage/csv", dashboard_views.usage_csv, name="usage-csv"),
     path("settings/tokens/<int:token_id>/revoke/", views.revoke_token, name="revoke-token"),

@@ -1,15 +1,30 @@
-// Markdown to safe DOM: marked parses, highlight.js colours code, DOMPurify has the last word.
+// Markdown to safe DOM: marked parses, highlight.js colours code, DOMPurify has the last word;
+// KaTeX (math.js) and Mermaid (diagrams.js) draw math and diagrams once their block is finished.
 import { Marked } from "../vendor/marked/marked.esm.js";
 import DOMPurify from "../vendor/dompurify/purify.es.mjs";
 import hljs from "../vendor/highlight/highlight.min.js";
+import { drawDiagrams } from "./diagrams.js";
+import { mathExtension, typesetMath } from "./math.js";
 
-// A code block still growing in the tail is highlighted only while it is small (cost per frame).
+// A tail that is neither one open paragraph nor one open code block is rendered whole at each
+// frame; past this size its code is not highlighted (cost per frame).
 const TAIL_HIGHLIGHT_LIMIT = 12000;
-const FENCE_RE = /^ *(`{3,}|~{3,})/;
+const FENCE_RE = /^ *(`{3,}|~{3,})(.*)$/;
 // A line that may continue the block above across a blank line: indented, or a list item.
 const CONTINUES_RE = /^(?:[ \t]|[-*+][ \t]|\d{1,9}[.)][ \t])/;
 // Link reference definitions reach back across blocks: only a whole render resolves them.
 const REFERENCE_RE = /^ {0,3}\[[^\]]+\]:/m;
+// A line that may start or turn a paragraph into another block (heading, list, quote, table, fence,
+// setext underline, HTML, math, indented code): an open paragraph with one is rendered whole.
+const NOT_PLAIN_RE = /^(?:\s*$| {0,3}(?:[#>*+\-=_|`~<]|\d{1,9}[.)]|\$\$|\\\[)| {4}|\t)/;
+// An open paragraph is rendered in segments of about this many characters, each once, and laid out
+// in parts of about PART characters; an open code block in parts of PART_LINES lines.
+const SEGMENT = 240;
+// At most one paint every this many ms (20 a second): a token or three a frame at a model's pace is
+// not worth a frame's work each, least of all on a busy machine.
+const PAINT_INTERVAL = 50;
+const PART = 2000;
+const PART_LINES = 100;
 
 const ESCAPES = { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" };
 export function escapeHtml(text) {
@@ -18,13 +33,26 @@ export function escapeHtml(text) {
 
 let highlightCode = true; // switched off while rendering a big unfinished tail
 
+function languageOf(info) {
+  return ((info || "").match(/^\S*/) || [""])[0];
+}
+
+function codeHead(language) {
+  return (
+    `<div class="code-head"><span class="code-lang">${escapeHtml(language || "text")}</span>` +
+    `<span class="code-tools"><button type="button" class="wrap-code" aria-pressed="false" ` +
+    `aria-label="Wrap long lines">Wrap</button>` +
+    `<button type="button" class="download-code" aria-label="Download code">Download</button>` +
+    `<button type="button" class="copy-code" aria-label="Copy code">Copy</button></span></div>`
+  );
+}
+
 function codeBlock({ text, lang }) {
-  const language = ((lang || "").match(/^\S*/) || [""])[0];
+  const language = languageOf(lang);
   const known = highlightCode && language && hljs.getLanguage(language);
   const body = known ? hljs.highlight(text, { language, ignoreIllegals: true }).value : escapeHtml(text);
   return (
-    `<div class="code-block"><div class="code-head"><span class="code-lang">${escapeHtml(language || "text")}</span>` +
-    `<button type="button" class="copy-code" aria-label="Copy code">Copy</button></div>` +
+    `<div class="code-block" data-lang="${escapeHtml(language)}">${codeHead(language)}` +
     `<pre tabindex="0"><code class="hljs${known ? ` language-${escapeHtml(language)}` : ""}">${body}</code></pre></div>`
   );
 }
@@ -40,6 +68,7 @@ const marked = new Marked({
     },
   },
 });
+marked.use(mathExtension);
 
 const PURIFY = {
   FORBID_TAGS: ["style", "form", "iframe", "object", "embed", "svg", "math"],
@@ -88,60 +117,231 @@ function showRemoteImages(fragment) {
   return fragment;
 }
 
-/** Sanitized DOM fragment for a piece of markdown. */
-export function renderMarkdown(source, { highlight = true } = {}) {
+function sanitize(html) {
+  return showRemoteImages(DOMPurify.sanitize(html, PURIFY));
+}
+
+/**
+ * Sanitized DOM fragment for a piece of markdown. `finished` (the default) also draws its math
+ * and diagrams; an unfinished tail shows their source.
+ */
+export function renderMarkdown(source, { highlight = true, finished = true } = {}) {
   highlightCode = highlight;
+  let fragment;
   try {
-    return showRemoteImages(DOMPurify.sanitize(marked.parse(source), PURIFY));
+    fragment = sanitize(marked.parse(source));
   } finally {
     highlightCode = true;
   }
-}
-
-/**
- * Where completed top-level blocks end in `text` from `from` on: at the last blank line
- * outside a code fence that is followed by a line starting a new block (not indented,
- * not a list item, so loose lists stay whole). Fences are balanced before `from`.
- */
-export function completedUpTo(text, from) {
-  let split = from;
-  let blank = -1; // just after the latest blank line, while no line has followed it
-  let fence = null; // the opening marker while inside a fenced block
-  let start = from;
-  for (;;) {
-    const end = text.indexOf("\n", start);
-    if (end === -1) break; // the last line is unfinished: it stays in the tail
-    const line = text.slice(start, end);
-    const marker = line.match(FENCE_RE);
-    if (fence) {
-      const closing = marker && marker[1][0] === fence[0] && marker[1].length >= fence.length;
-      if (closing && !line.trim().slice(marker[1].length).trim()) fence = null;
-    } else if (!line.trim()) {
-      blank = end + 1;
-    } else {
-      if (blank !== -1 && !CONTINUES_RE.test(line)) split = blank;
-      blank = -1;
-      if (marker) fence = marker[1];
-    }
-    start = end + 1;
+  if (finished) {
+    typesetMath(fragment);
+    drawDiagrams(fragment);
   }
-  return split;
+  return fragment;
 }
 
 /**
- * Renders a growing markdown answer into `root`. Completed blocks are rendered once and
- * kept; only the unfinished tail is rendered again, at most once per animation frame.
+ * Finds where completed top-level blocks end in a growing text, reading each line once: at the
+ * last blank line outside a code fence that is followed by a line starting a new block (not
+ * indented, not a list item, so loose lists stay whole), or right after the closing fence of a
+ * code block that started a block.
+ */
+export class BlockScanner {
+  constructor(from = 0) {
+    this.pos = from; // the next line to read starts here
+    this.split = from;
+    this.blank = from; // just after the latest blank line while no line has followed it (-1: none)
+    this.fence = null; // the opening marker while inside a fenced block
+    this.fenceStartsBlock = false;
+  }
+
+  /** The end of the completed blocks of `text` (which only ever grows). */
+  advance(text) {
+    for (;;) {
+      const end = text.indexOf("\n", this.pos);
+      if (end === -1) break; // the last line is unfinished: it stays in the tail
+      const line = text.slice(this.pos, end);
+      const marker = line.match(FENCE_RE);
+      if (this.fence) {
+        const closing = marker && marker[1][0] === this.fence[0] && marker[1].length >= this.fence.length;
+        if (closing && !marker[2].trim()) {
+          this.fence = null;
+          if (this.fenceStartsBlock) this.split = end + 1;
+        }
+      } else if (!line.trim()) {
+        this.blank = end + 1;
+      } else {
+        const startsBlock = this.blank !== -1 && !CONTINUES_RE.test(line);
+        if (startsBlock) this.split = this.blank;
+        this.blank = -1;
+        if (marker) {
+          this.fence = marker[1];
+          this.fenceStartsBlock = startsBlock;
+        }
+      }
+      this.pos = end + 1;
+    }
+    return this.split;
+  }
+}
+
+/** Where `text` may be cut after `from` so that inline markup before the cut is closed, or -1. */
+function segmentEnd(text, from) {
+  let cut = text.lastIndexOf(" ", text.length - 2);
+  for (let tries = 0; tries < 8 && cut > from; tries += 1, cut = text.lastIndexOf(" ", cut - 1)) {
+    if (balanced(text.slice(from, cut + 1))) return cut + 1;
+  }
+  return -1;
+}
+
+function count(text, re) {
+  return (text.match(re) || []).length;
+}
+
+function balanced(piece) {
+  return (
+    count(piece, /`/g) % 2 === 0 &&
+    count(piece, /\*/g) % 2 === 0 &&
+    count(piece, /~~/g) % 2 === 0 &&
+    count(piece, /\$/g) % 2 === 0 &&
+    count(piece, /\[/g) === count(piece, /\]/g) &&
+    count(piece, /\(/g) === count(piece, /\)/g) &&
+    !/\\$/.test(piece)
+  );
+}
+
+/**
+ * One open top-level paragraph: finished segments are rendered once, the last one at each frame.
+ * The browser lays a paragraph's lines out again whenever it grows, so while it is open it is kept
+ * in parts of about PART characters (display: block, cut after a sentence when one comes soon):
+ * only the last is laid out again. The closed paragraph is one <p> like any other.
+ */
+class OpenParagraph {
+  constructor(tail, source, start) {
+    this.start = start;
+    this.done = start; // source[start:done] is rendered, before `live`
+    this.checked = start; // lines before this were found plain
+    this.partLength = 0;
+    this.paragraph = document.createElement("p");
+    this.paragraph.className = "open-paragraph";
+    this.live = document.createElement("span");
+    this.newPart();
+    tail.replaceChildren(this.paragraph);
+  }
+
+  newPart() {
+    const part = document.createElement("span");
+    part.className = "open-part";
+    part.append(this.live);
+    this.paragraph.append(part);
+    this.partLength = 0;
+  }
+
+  /** Still one plain paragraph? Reads only the lines that arrived since the last call. */
+  stillPlain(source) {
+    if (this.checked === this.start) {
+      // Its first line, while too short to tell ("1" may become "1. item"): read again each time.
+      const head = source.slice(this.start, this.start + 12).split("\n")[0];
+      if (NOT_PLAIN_RE.test(head)) return false;
+    }
+    for (;;) {
+      const end = source.indexOf("\n", this.checked);
+      if (end === -1) return true;
+      const next = source.slice(end + 1, end + 12);
+      if (next && NOT_PLAIN_RE.test(next)) return false;
+      if (next.length < 11 && !next.includes("\n")) return true; // too short to judge for good yet
+      this.checked = end + 1;
+    }
+  }
+
+  paint(source) {
+    while (source.length - this.done > SEGMENT) {
+      let end = segmentEnd(source, this.done);
+      if (end === -1 && source.length - this.done > 8 * SEGMENT) {
+        end = source.lastIndexOf(" ", source.length - 2) + 1; // markup left open that long: cut anyway
+      }
+      if (end <= this.done) break;
+      const piece = source.slice(this.done, end);
+      this.live.before(inline(piece));
+      this.done = end;
+      this.partLength += piece.length;
+      if (this.partLength > 2 * PART || (this.partLength > PART && /[.!?:;] $/.test(piece))) this.newPart();
+    }
+    this.live.replaceChildren(inline(source.slice(this.done)));
+  }
+}
+
+function inline(text) {
+  return sanitize(marked.parseInline(text));
+}
+
+/**
+ * One open fenced code block: complete lines are highlighted and appended once, the last line is
+ * text. Like an open paragraph, it is kept in parts (of PART_LINES lines) so that only the last is
+ * laid out again as it grows.
+ */
+class OpenCode {
+  constructor(tail, source, start, bodyStart, info) {
+    this.start = start;
+    this.done = bodyStart; // source[bodyStart:done] is in the code element
+    this.language = languageOf(info);
+    this.known = Boolean(this.language && hljs.getLanguage(this.language));
+    const block = sanitize(codeBlock({ text: "", lang: this.language }));
+    tail.replaceChildren(block);
+    this.code = tail.querySelector("code");
+    this.line = document.createTextNode("");
+    this.newPart();
+  }
+
+  newPart() {
+    const part = document.createElement("span");
+    part.className = "open-part";
+    part.append(this.line);
+    this.code.append(part);
+    this.partLines = 0;
+  }
+
+  paint(source) {
+    const end = source.lastIndexOf("\n") + 1;
+    if (end > this.done) {
+      const lines = source.slice(this.done, end);
+      const html = this.known
+        ? hljs.highlight(lines, { language: this.language, ignoreIllegals: true }).value
+        : escapeHtml(lines);
+      this.line.before(sanitize(html));
+      this.done = end;
+      this.partLines += count(lines, /\n/g);
+      if (this.partLines >= PART_LINES) this.newPart();
+    }
+    this.line.data = source.slice(this.done);
+  }
+}
+
+const GENERIC = "generic";
+
+/**
+ * Renders a growing markdown answer into `root`. Completed blocks are rendered once and kept; the
+ * unfinished tail is redrawn at most once per animation frame, in time proportional to what
+ * arrived when it is one paragraph or one code block, however long that grows.
  */
 export class StreamRenderer {
   constructor(root, onPaint) {
     this.root = root;
     this.onPaint = onPaint || (() => {});
     this.source = "";
-    this.committed = 0; // source[0:committed] is in the DOM as finished blocks
     this.frame = 0;
+    this.timer = 0;
+    this.painted = 0; // performance.now() of the last paint
     this.tail = document.createElement("div");
     this.tail.className = "md-tail";
-    root.replaceChildren(this.tail);
+    this.start(0);
+  }
+
+  start(committed) {
+    this.committed = committed; // source[0:committed] is in the DOM as finished blocks
+    this.scanner = new BlockScanner(committed);
+    this.open = null; // an OpenParagraph or OpenCode drawing the tail, or null
+    if (committed === 0) this.root.replaceChildren(this.tail);
   }
 
   append(text) {
@@ -151,38 +351,89 @@ export class StreamRenderer {
 
   reset(text) {
     this.source = text;
-    this.committed = 0;
-    this.root.replaceChildren(this.tail);
+    this.start(0);
     this.schedule();
   }
 
+  /** Paint at the next frame, but not sooner than PAINT_INTERVAL after the last paint. */
   schedule() {
-    if (!this.frame) this.frame = requestAnimationFrame(() => this.paint());
+    if (this.frame || this.timer) return;
+    const wait = this.painted + PAINT_INTERVAL - performance.now();
+    if (wait <= 0) {
+      this.frame = requestAnimationFrame(() => this.paint());
+      return;
+    }
+    this.timer = setTimeout(() => {
+      this.timer = 0;
+      this.frame = requestAnimationFrame(() => this.paint());
+    }, wait);
+  }
+
+  cancel() {
+    if (this.frame) cancelAnimationFrame(this.frame);
+    if (this.timer) clearTimeout(this.timer);
+    this.frame = 0;
+    this.timer = 0;
   }
 
   /** Paint now instead of at the next frame. */
   flush() {
-    if (this.frame) cancelAnimationFrame(this.frame);
+    this.cancel();
     this.paint();
   }
 
   paint() {
     this.frame = 0;
-    const split = completedUpTo(this.source, this.committed);
+    this.painted = performance.now();
+    const split = this.scanner.advance(this.source);
     if (split > this.committed) {
-      const blocks = renderMarkdown(this.source.slice(this.committed, split));
-      this.tail.before(blocks);
+      this.tail.before(renderMarkdown(this.source.slice(this.committed, split)));
       this.committed = split;
+      this.open = null;
+      this.tail.replaceChildren();
     }
-    const rest = this.source.slice(this.committed);
-    this.tail.replaceChildren(rest ? renderMarkdown(rest, { highlight: rest.length < TAIL_HIGHLIGHT_LIMIT }) : "");
+    if (this.open && !this.stillOpen()) this.open = GENERIC;
+    if (!this.open) this.open = this.openTail();
+    if (this.open && this.open !== GENERIC) {
+      this.open.paint(this.source);
+    } else {
+      const rest = this.source.slice(this.committed);
+      const highlight = rest.length < TAIL_HIGHLIGHT_LIMIT;
+      this.tail.replaceChildren(rest ? renderMarkdown(rest, { highlight, finished: false }) : "");
+    }
     this.onPaint();
+  }
+
+  stillOpen() {
+    if (this.open === GENERIC) return true;
+    if (this.open instanceof OpenCode) return this.scanner.fence !== null;
+    return this.open.stillPlain(this.source);
+  }
+
+  /**
+   * How to draw the tail: an OpenParagraph or OpenCode, piece by piece; GENERIC, whole at each frame,
+   * once its first line shows it is another kind of block; null while that cannot be told yet.
+   */
+  openTail() {
+    let start = this.committed;
+    while (this.source[start] === "\n") start += 1;
+    const firstEnd = this.source.indexOf("\n", start);
+    const head = this.source.slice(start, firstEnd === -1 ? start + 12 : Math.min(firstEnd, start + 12));
+    const known = firstEnd !== -1 || head.length >= 12;
+    if (!head) return null;
+    const fence = firstEnd !== -1 && this.scanner.fence ? this.source.slice(start, firstEnd).match(FENCE_RE) : null;
+    if (fence && fence[1] === this.scanner.fence && this.scanner.fenceStartsBlock) {
+      return new OpenCode(this.tail, this.source, start, firstEnd + 1, fence[2].trim());
+    }
+    if (NOT_PLAIN_RE.test(head) || REFERENCE_RE.test(head)) return known ? GENERIC : null;
+    const paragraph = new OpenParagraph(this.tail, this.source, start);
+    return paragraph.stillPlain(this.source) ? paragraph : GENERIC;
   }
 
   /** The stream ended: the tail becomes a block like the others (highlighted, however long). */
   finish() {
-    if (this.frame) cancelAnimationFrame(this.frame);
-    this.frame = 0;
+    this.cancel();
+    this.open = null;
     if (REFERENCE_RE.test(this.source)) {
       this.root.replaceChildren(renderMarkdown(this.source)); // as a reload will show it
     } else {
@@ -192,19 +443,57 @@ export class StreamRenderer {
   }
 }
 
-/** Copy buttons of code blocks, by delegation from a container. */
+
+// File name extensions for downloaded code, by the language named on the fence.
+const EXTENSIONS = {
+  python: "py", py: "py", javascript: "js", js: "js", typescript: "ts", ts: "ts", tsx: "tsx", jsx: "jsx",
+  json: "json", html: "html", xml: "xml", css: "css", scss: "scss", markdown: "md", md: "md", bash: "sh",
+  sh: "sh", shell: "sh", zsh: "sh", console: "txt", sql: "sql", yaml: "yaml", yml: "yml", toml: "toml",
+  ini: "ini", go: "go", rust: "rs", rs: "rs", java: "java", kotlin: "kt", c: "c", cpp: "cpp", "c++": "cpp",
+  csharp: "cs", cs: "cs", ruby: "rb", rb: "rb", php: "php", swift: "swift", lua: "lua", r: "r", perl: "pl",
+  haskell: "hs", scala: "scala", dockerfile: "Dockerfile", makefile: "Makefile", mermaid: "mmd", latex: "tex",
+  tex: "tex", diff: "diff", text: "txt", plaintext: "txt",
+};
+
+/** The file name a code block downloads as: "code.py" for python, "code.txt" when unknown. */
+export function downloadName(language) {
+  const key = (language || "").toLowerCase();
+  const extension = EXTENSIONS[key] || (/^[a-z0-9]{1,8}$/.test(key) ? key : "txt");
+  return /^[A-Z]/.test(extension) ? extension : `code.${extension}`;
+}
+
+function flash(button, text, label) {
+  button.textContent = text;
+  setTimeout(() => (button.textContent = label), 1500);
+}
+
+/** The buttons of code blocks (copy, wrap, download), by delegation from a container. */
 export function handleCopyClicks(container) {
   container.addEventListener("click", async (event) => {
-    const button = event.target.closest(".copy-code");
-    if (!button) return;
-    const code = button.closest(".code-block")?.querySelector("code");
+    const button = event.target.closest(".copy-code, .wrap-code, .download-code");
+    const block = button?.closest(".code-block");
+    const code = block?.querySelector("code");
     if (!code) return;
-    try {
-      await navigator.clipboard.writeText(code.textContent);
-      button.textContent = "Copied";
-    } catch {
-      button.textContent = "Copy failed";
+    if (button.classList.contains("wrap-code")) {
+      const wrapped = block.classList.toggle("wrapped");
+      button.setAttribute("aria-pressed", String(wrapped));
+    } else if (button.classList.contains("download-code")) {
+      const url = URL.createObjectURL(new Blob([code.textContent], { type: "text/plain;charset=utf-8" }));
+      const link = document.createElement("a");
+      link.href = url;
+      link.download = downloadName(block.dataset.lang);
+      link.hidden = true;
+      document.body.append(link);
+      link.click();
+      link.remove();
+      setTimeout(() => URL.revokeObjectURL(url), 10_000);
+    } else {
+      try {
+        await navigator.clipboard.writeText(code.textContent);
+        flash(button, "Copied", "Copy");
+      } catch {
+        flash(button, "Copy failed", "Copy");
+      }
     }
-    setTimeout(() => (button.textContent = "Copy"), 1500);
   });
 }

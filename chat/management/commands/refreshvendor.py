@@ -1,6 +1,7 @@
 """Re-download the pinned front-end libraries from the npm registry into static/vendor/.
 
-The chat page loads marked, DOMPurify and highlight.js as plain ES modules, and the usage
+The chat page loads marked, DOMPurify and highlight.js as plain ES modules (KaTeX and, lazily,
+Mermaid as UMD builds imported for their global), and the usage
 dashboard Chart.js (its UMD build, which an ES module imports for its side effect of setting
 globalThis.Chart: the ESM build imports a bare package name, which needs an import map, an
 inline script the CSP forbids): no bundler and no CDN. This command is the only way those
@@ -44,6 +45,7 @@ class Package:
     integrity: str  # npm's dist.integrity (sha512, base64)
     folder: str  # under static/vendor/
     files: dict[str, str]  # path in the tarball (under package/) -> file name in the folder
+    # A path ending in "/" takes every file under it, into the subfolder named by its value (fonts).
     optional: tuple[str, ...] = ()  # files that may be missing from a release (licences)
 
     @property
@@ -64,7 +66,12 @@ PACKAGES = [
         "3.5.0",
         "sha512-LYC0ZkE8P1V42JsRYTwMdme/2ET8SpOc5AA2eOFjP/IadvRd2fwiT4TVz5vkfy0XUx12aS2UaRkTnfVPNOv9vw==",
         "dompurify",
-        {"dist/purify.es.mjs": "purify.es.mjs", "LICENSE": "LICENSE", "LICENSE-MPL": "LICENSE-MPL"},
+        {
+            "dist/purify.es.mjs": "purify.es.mjs",
+            "dist/purify.min.js": "purify.min.js",  # for the diagram frame, which runs classic scripts
+            "LICENSE": "LICENSE",
+            "LICENSE-MPL": "LICENSE-MPL",
+        },
         optional=("LICENSE-MPL",),
     ),
     Package(
@@ -86,6 +93,27 @@ PACKAGES = [
         "chartjs",
         {"dist/chart.umd.min.js": "chart.umd.min.js", "LICENSE.md": "LICENSE.md"},
     ),
+    # Math: the UMD build (sets globalThis.katex), its stylesheet and the fonts that names.
+    Package(
+        "katex",
+        "0.19.1",
+        "sha512-jG8uKntjSEcm2EpQOh0XturpPuuC9r3Sq5HLHdsFdWZT27E672SF19QEi+of0/YeOy15lDgRhKvr5614uRrEfA==",
+        "katex",
+        {
+            "dist/katex.min.js": "katex.min.js",
+            "dist/katex.min.css": "katex.min.css",
+            "dist/fonts/": "fonts/",
+            "LICENSE": "LICENSE",
+        },
+    ),
+    # Diagrams: one UMD file (sets globalThis.mermaid), imported only when a mermaid block appears.
+    Package(
+        "mermaid",
+        "12.3.0",
+        "sha512-4113TdXeLAsMruJ79OpFL5O8+LTFXhQqZ260rF3tgUmiNAtRm4Uume04I+65PRN6yZ69J4f8rVYWW8zRk65UYw==",
+        "mermaid",
+        {"dist/mermaid.min.js": "mermaid.min.js", "LICENSE": "LICENSE"},
+    ),
 ]
 
 
@@ -104,19 +132,31 @@ def extract(package: Package, data: bytes) -> dict[str, bytes]:
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as archive:
         for member in archive.getmembers():
             inner = member.name.split("/", 1)[-1]  # npm tarballs nest everything in package/
-            if member.isfile() and inner in package.files:
-                content = archive.extractfile(member).read()
-                if inner.endswith((".js", ".mjs")):
-                    content = SOURCE_MAP_RE.sub(b"", content)
-                found[package.files[inner]] = content
-    missing = [path for path in package.files if package.files[path] not in found and path not in package.optional]
+            if not member.isfile():
+                continue
+            if inner in package.files:
+                name = package.files[inner]
+            else:
+                folder = next((path for path in package.files if path.endswith("/") and inner.startswith(path)), None)
+                if folder is None:
+                    continue
+                name = package.files[folder] + inner[len(folder) :]
+            content = archive.extractfile(member).read()
+            if inner.endswith((".js", ".mjs")):
+                content = SOURCE_MAP_RE.sub(b"", content)
+            found[name] = content
+    missing = [
+        path
+        for path, name in package.files.items()
+        if path not in package.optional and not any(found_name.startswith(name) for found_name in found)
+    ]
     if missing:
         raise CommandError(f"{package.name}@{package.version}: not in the tarball: {', '.join(missing)}")
     return found
 
 
 class Command(BaseCommand):
-    help = "Download the pinned marked, DOMPurify, highlight.js and Chart.js into static/vendor/ and write VERSIONS."
+    help = "Download the pinned front-end libraries (PACKAGES) into static/vendor/ and write VERSIONS."
 
     def add_arguments(self, parser):
         parser.add_argument("--registry", default=os.environ.get("NPM_CONFIG_REGISTRY") or npm_registry())
@@ -135,6 +175,7 @@ class Command(BaseCommand):
             folder = target / package.folder
             folder.mkdir(parents=True, exist_ok=True)
             for name, content in sorted(files.items()):
+                (folder / name).parent.mkdir(parents=True, exist_ok=True)
                 (folder / name).write_bytes(content)
             lines.append(f"{package.name} {package.version} {package.folder}/ {package.integrity}")
         (target / "VERSIONS").write_text("\n".join(lines) + "\n")
