@@ -14,7 +14,7 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from chat.models import Usage
-from tests.page_helpers import conversation_for, open_chat, send, wait_done
+from tests.page_helpers import conversation_for, open_chat, screenshot, send, wait_done
 
 AXE = (Path(__file__).parent / "vendor" / "axe-core" / "axe.min.js").read_text()
 SCHEMES = ["light", "dark"]
@@ -138,8 +138,9 @@ def test_a_finished_answer_is_announced_once_not_every_token(page: Page):
 
 def test_touch_targets_on_a_phone_are_at_least_44_pixels(new_page, alice, providers):
     conversation = conversation_for(alice, "On the phone", "hi", "Some `code`:\n\n```python\nprint(1)\n```")
-    page = new_page(alice, viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True)
+    page = new_page(alice, viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True, color_scheme="dark")
     open_chat(page, f"/c/{conversation.pk}/")
+    screenshot(page, "phone-dark")
     assert small_targets(page, "main") == []
     page.get_by_role("button", name="Menu").click()
     expect(page.locator("#sidebar")).to_be_in_viewport()

@@ -196,6 +196,7 @@ def test_a_tool_call_answer_shows_each_call_folded(page):
     expect(calls.first).not_to_have_attribute("open", "")
     calls.first.locator("summary").click()
     expect(calls.first.locator("code")).to_contain_text('"')
+    screenshot(page, "tool-call")
     page.reload()  # stored with the message
     expect(last_reply(page).locator("details.tool-call")).to_have_count(2)
 
