@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 from dataclasses import dataclass
 
 import pytest
@@ -160,8 +159,6 @@ async def connect():
 
 # --- the browser (the page's tests) ------------------------------------------------------
 
-ASYNC_UNSAFE = "DJANGO_ALLOW_ASYNC_UNSAFE"
-
 
 @pytest.fixture(scope="module")
 def browser(server):
@@ -172,24 +169,10 @@ def browser(server):
     For the same reason Django's ORM, called by fixtures here, must be told it is safe; the
     server was started before, so its process does not inherit that.
     """
-    from playwright.sync_api import sync_playwright
+    from tests.page_helpers import chromium
 
-    from tests import page_helpers
-
-    previous = os.environ.get(ASYNC_UNSAFE)
-    os.environ[ASYNC_UNSAFE] = "1"
-    try:
-        with sync_playwright() as playwright:
-            browser = playwright.chromium.launch(
-                executable_path=page_helpers.CHROMIUM, headless=True, args=page_helpers.CHROMIUM_ARGS
-            )
-            yield browser
-            browser.close()
-    finally:
-        if previous is None:
-            del os.environ[ASYNC_UNSAFE]
-        else:
-            os.environ[ASYNC_UNSAFE] = previous
+    with chromium() as browser:
+        yield browser
 
 
 @pytest.fixture

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 from pathlib import Path
 
 from django.conf import settings
-from playwright.sync_api import BrowserContext, Locator, Page, expect
+from playwright.sync_api import Browser, BrowserContext, Locator, Page, expect, sync_playwright
 
 from chat.models import Conversation, Message
 from tests.conftest import session_cookie
@@ -148,3 +150,25 @@ def conversation_for(user, title: str, *texts: str, model: str = CLAUDE) -> Conv
         role = Message.Role.USER if index % 2 == 0 else Message.Role.ASSISTANT
         Message.objects.create(conversation=conversation, role=role, content=text, model=model.split("/", 1)[1])
     return conversation
+
+
+@contextlib.contextmanager
+def chromium():
+    """Debian's Chromium (never a downloaded one), headless, for a module's browser fixture.
+
+    Start the module's server first: Playwright's sync API keeps an event loop marked as
+    running in this thread, so Django's ORM is told it is safe here meanwhile, and a server
+    started now would inherit that.
+    """
+    previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "1"
+    try:
+        with sync_playwright() as playwright:
+            browser: Browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+            yield browser
+            browser.close()
+    finally:
+        if previous is None:
+            del os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"]
+        else:
+            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous

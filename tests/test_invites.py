@@ -7,7 +7,6 @@ the tests read; code run in the test process uses Django's outbox.
 from __future__ import annotations
 
 import email
-import os
 import queue
 import re
 import socket
@@ -21,15 +20,14 @@ from aiosmtpd.controller import Controller
 from django.contrib.auth.models import Group
 from django.db import connection
 from django.utils import timezone
-from playwright.sync_api import expect, sync_playwright
+from playwright.sync_api import expect
 
 from chat.models import Invite
 from tests.live import ROOT, LiveServer, database_url
-from tests.page_helpers import CHROMIUM, CHROMIUM_ARGS, open_chat
+from tests.page_helpers import open_chat
 
 pytestmark = pytest.mark.django_db(transaction=True)
 expect.set_options(timeout=15_000)
-ASYNC_UNSAFE = "DJANGO_ALLOW_ASYNC_UNSAFE"
 LINK = re.compile(r"https?://\S+")
 
 
@@ -82,18 +80,10 @@ def mailing(django_db_setup, django_db_blocker, smtp):
 @pytest.fixture(scope="module")
 def browser(mailing):
     """Debian's Chromium (never a downloaded one); Django's ORM told it is safe beside Playwright's loop."""
-    previous = os.environ.get(ASYNC_UNSAFE)
-    os.environ[ASYNC_UNSAFE] = "1"
-    try:
-        with sync_playwright() as playwright:
-            chromium = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-            yield chromium
-            chromium.close()
-    finally:
-        if previous is None:
-            del os.environ[ASYNC_UNSAFE]
-        else:
-            os.environ[ASYNC_UNSAFE] = previous
+    from tests.page_helpers import chromium
+
+    with chromium() as browser:
+        yield browser
 
 
 @pytest.fixture

@@ -15,14 +15,13 @@ import tempfile
 import httpx
 import pytest
 from django.db import connection
-from playwright.sync_api import expect, sync_playwright
+from playwright.sync_api import expect
 
 from tests.live import ROOT, LiveServer, database_url
-from tests.page_helpers import CHROMIUM, CHROMIUM_ARGS, open_chat
+from tests.page_helpers import open_chat
 
 pytestmark = pytest.mark.django_db(transaction=True)
 expect.set_options(timeout=15_000)
-ASYNC_UNSAFE = "DJANGO_ALLOW_ASYNC_UNSAFE"
 CLIENT_ID, CLIENT_SECRET = "team-chat", "team-chat-client-secret-0123456789"
 PEOPLE = [
     "gina.k:gina-idp-pw:gina@corp.example",
@@ -80,18 +79,10 @@ def sso(django_db_setup, django_db_blocker):
 
 @pytest.fixture(scope="module")
 def browser(sso):
-    previous = os.environ.get(ASYNC_UNSAFE)
-    os.environ[ASYNC_UNSAFE] = "1"
-    try:
-        with sync_playwright() as playwright:
-            chromium = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-            yield chromium
-            chromium.close()
-    finally:
-        if previous is None:
-            del os.environ[ASYNC_UNSAFE]
-        else:
-            os.environ[ASYNC_UNSAFE] = previous
+    from tests.page_helpers import chromium
+
+    with chromium() as browser:
+        yield browser
 
 
 @pytest.fixture
