@@ -413,15 +413,16 @@ class Meter:
         conversation = Conversation.objects.create(
             owner=self.token.user, title=Conversation.title_for(text or "API request"), model=self.entry.qualified
         )
+        parent = None
         for item in messages:
             content = message_text(item.get("content"))
             role = item.get("role") if item.get("role") in Message.Role.values else Message.Role.USER
             if role == Message.Role.SYSTEM:
                 conversation.system_prompt = content
-                conversation.save(update_fields=["system_prompt"])
             else:
-                conversation.messages.create(role=role, content=content)
-        return conversation.messages.create(
+                parent = conversation.messages.create(role=role, content=content, parent=parent)
+        conversation.current = conversation.messages.create(
+            parent=parent,
             role=Message.Role.ASSISTANT,
             content=self.state.text,
             reasoning=self.state.reasoning_text,
@@ -431,6 +432,8 @@ class Meter:
             error=error,
             model=self.entry.model,
         )
+        conversation.save(update_fields=["system_prompt", "current"])
+        return conversation.current
 
 
 async def models(request):

@@ -35,6 +35,7 @@ urlpatterns = [
     path("api/attachments", attachment_views.upload, name="attachments"),
     path("api/attachments/<int:attachment_id>", attachment_views.attachment, name="attachment"),
     path("api/conversations/<int:conversation_id>", views.conversation, name="conversation-detail"),
+    path("settings/", views.settings_page, name="settings"),
     path("settings/tokens/", views.tokens, name="tokens"),
     path("docs/api/", views.api_guide, name="api-guide"),
     path("diagram-frame/", diagram_views.diagram_frame, name="diagram-frame"),

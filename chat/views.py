@@ -212,6 +212,19 @@ def message_json(message: Message) -> dict:
     }
 
 
+# --- the settings page ------------------------------------------------------------
+
+# Each section of /settings/ may add a module script here (a path under static/).
+SETTINGS_SCRIPTS: list[str] = []
+
+
+@login_required
+@never_cache
+def settings_page(request):
+    """The person's settings: defaults for new chats, language, their data (one template per section)."""
+    return render(request, "settings/index.html", {"scripts": SETTINGS_SCRIPTS})
+
+
 # --- personal API tokens -------------------------------------------------------
 
 

@@ -77,6 +77,12 @@ class Conversation(models.Model):
     params = models.JSONField(default=dict, blank=True)
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(default=timezone.now, db_index=True)
+    # Messages form a tree (Message.parent); this is the last message of the path last chosen,
+    # the one shown and sent upstream.
+    current = models.ForeignKey(
+        "Message", null=True, blank=True, on_delete=models.SET_NULL, related_name="+",
+        help_text="The last message of the branch shown.",
+    )  # fmt: skip
 
     objects = ConversationQuerySet.as_manager()
 
@@ -99,6 +105,21 @@ class Conversation(models.Model):
         merged = {**self.params, **params}
         self.params = {name: value for name, value in merged.items() if value is not None}
 
+    def path_ids(self) -> list[int]:
+        """The ids of the messages on the chosen branch, root first: `current` and its ancestors."""
+        parents = dict(self.messages.values_list("pk", "parent_id"))
+        path, pk = [], self.current_id
+        while pk is not None and pk in parents:
+            path.append(pk)
+            pk = parents[pk]
+        return path[::-1]
+
+    def path(self) -> list[Message]:
+        """The messages on the chosen branch, root first."""
+        ids = self.path_ids()
+        found = self.messages.in_bulk(ids)
+        return [found[pk] for pk in ids]
+
     def upstream_messages(self, *, images: bool = False) -> list[dict]:
         """The history in OpenAI's shape: system prompt, then every message with text or attachments.
 
@@ -111,7 +132,8 @@ class Conversation(models.Model):
         attached: dict[int, list[Attachment]] = {}
         for attachment in Attachment.objects.filter(message__conversation=self):
             attached.setdefault(attachment.message_id, []).append(attachment)
-        for pk, role, content in self.messages.values_list("pk", "role", "content"):
+        on_path = set(self.path_ids())
+        for pk, role, content in self.messages.filter(pk__in=on_path).values_list("pk", "role", "content"):
             if pk in attached:
                 history.append({"role": role, "content": upstream_content(content, attached[pk], images=images)})
             elif content:
@@ -181,6 +203,9 @@ class Message(models.Model):
     Status = Status  # shared with usage rows (base.py)
 
     conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="messages")
+    # The message this one answers or follows; siblings (same parent) are branches:
+    # a regenerated answer or an edited user message.
+    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.CASCADE, related_name="children")
     role = models.CharField(max_length=10, choices=Role.choices)
     content = models.TextField(blank=True)
     reasoning = models.TextField(blank=True)
@@ -283,17 +308,20 @@ def _begin_turn(
             conversation.messages.filter(pk__gt=last_user.pk).delete()
             user_message = last_user
         else:
-            user_message = conversation.messages.create(role=Message.Role.USER, content=content)
+            user_message = conversation.messages.create(
+                role=Message.Role.USER, content=content, parent_id=conversation.current_id
+            )
             if attachments:
                 Attachment.objects.attach_to(user_message, attachments)
         now = timezone.now()
+        conversation.current = user_message  # the history sent upstream ends with it
         conversation.model = entry.qualified
         conversation.updated = now
         if params:
             conversation.merge_params(params)
         if system_prompt is not None:
             conversation.system_prompt = system_prompt
-        conversation.save(update_fields=["model", "updated", "params", "system_prompt"])
+        conversation.save(update_fields=["current", "model", "updated", "params", "system_prompt"])
         history = conversation.upstream_messages(images=images)
         prompt_tokens = upstream.estimate_tokens(prompt_chars(history))  # chat/relay.py: text and images
         try:
@@ -308,12 +336,15 @@ def _begin_turn(
             exc.prompt_tokens = prompt_tokens
             raise
         reply = conversation.messages.create(
+            parent=user_message,
             role=Message.Role.ASSISTANT,
             status=Message.Status.STREAMING,
             model=entry.model,
             updated=now,
             worker_id=worker_id,
         )
+        conversation.current = reply
+        conversation.save(update_fields=["current"])
         usage = Usage.objects.create(
             user=user,
             provider=entry.provider,
