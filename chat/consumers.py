@@ -15,11 +15,11 @@ from django.conf import settings
 from . import busy, generation, params, process, sessions
 from .generation import Job, conversation_group, frame, snapshot_frames
 from .limits import FRAME_LIMIT_CLOSE_CODE, FrameLimiter
-from .models import ChatError, Conversation, Message, Provider, access_for, begin_turn
+from .models import ChatError, Conversation, Message, Provider, access_for, begin_turn, branches
 from .models.attachments import MAX_PER_MESSAGE as MAX_ATTACHMENTS
 
 # Frames that start a stream re-check the session first (cached for CHAT_SESSION_CHECK_SECONDS).
-SESSION_CHECKED_FRAMES = frozenset({"send", "regenerate", "edit"})
+SESSION_CHECKED_FRAMES = frozenset({"send", "regenerate", "edit", "continue"})
 SIGNED_OUT = 4401  # the close code the page answers by going to the sign-in page
 
 log = logging.getLogger(__name__)
@@ -195,6 +195,9 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             "edit": self.on_edit,
             "stop": self.on_stop,
             "attach": self.on_attach,
+            "continue": self.on_continue,
+            "switch": self.on_switch,
+            "delete": self.on_delete,
         }.get(content.get("type"))
         if handler is None:
             raise ChatError("unknown_type", f"Unknown frame type {content.get('type')!r}.")
@@ -243,7 +246,29 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         )
 
     async def on_regenerate(self, fields: dict) -> None:
-        await self.start_turn(fields, conversation_id=parse_id(fields, "conversation"))
+        regenerate = parse_id(fields, "message", optional=True)  # default: the current answer
+        await self.start_turn(fields, conversation_id=parse_id(fields, "conversation"), regenerate=regenerate)
+
+    async def on_continue(self, fields: dict) -> None:
+        message_id = parse_id(fields, "message")
+        reply = await self._own_reply(message_id)
+        await self.start_turn(fields, conversation_id=reply.conversation_id, continued=message_id)
+
+    async def on_switch(self, fields: dict) -> None:
+        message_id = parse_id(fields, "message")
+        conversation = await database_sync_to_async(branches.switch)(self.user, message_id)
+        await self.tell_changed("switched", conversation, message_id)
+
+    async def on_delete(self, fields: dict) -> None:
+        message_id = parse_id(fields, "message")
+        conversation = await database_sync_to_async(branches.delete_pair)(self.user, message_id)
+        await self.tell_changed("deleted", conversation, message_id)
+
+    async def tell_changed(self, kind: str, conversation: Conversation, message_id: int) -> None:
+        """The tree changed: every tab showing the conversation (this one too) reloads it."""
+        await self.watch(conversation.pk)
+        text = frame(type=kind, conversation=conversation.pk, message=message_id, current=conversation.current_id)
+        await self.channel_layer.group_send(conversation_group(conversation.pk), {"type": "chat.changed", "text": text})
 
     async def on_edit(self, fields: dict) -> None:
         message_id = parse_id(fields, "message")
@@ -342,6 +367,9 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         """A session of this user ended somewhere (sign-out, password change, deactivation): is it ours?"""
         if event.get("ended") == self.session_key or not await self.session_still_valid(fresh=True):
             await self.close_signed_out()
+
+    async def chat_changed(self, event: dict) -> None:
+        await self.send(text_data=event["text"])
 
     async def chat_started(self, event: dict) -> None:
         await self.send(text_data=event["text"])

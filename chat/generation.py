@@ -132,6 +132,8 @@ class Job:
     user_id: int | None = None  # the conversation's owner, so a deactivation can stop their streams
     # The usage row's price key, so the final save need not read back the row it wrote.
     usage_key: dict[str, Any] | None = None
+    # A continued answer's (content, reasoning) so far: this stream's text is appended to them.
+    prefix: tuple[str, str] | None = None
 
     @classmethod
     def for_turn(cls, turn: Turn, provider: Provider, model: str, params: dict) -> Job:
@@ -152,6 +154,7 @@ class Job:
             max_connections=limits.provider_limit(provider),
             user_id=conversation.owner_id,
             usage_key={"provider_id": turn.usage.provider_id, "model": turn.usage.model, "started": turn.usage.started},
+            prefix=turn.prefix,
         )
 
 
@@ -222,6 +225,7 @@ class Generation:
                     model=job.model,
                     provider=job.provider_name,
                     title=job.title,
+                    continued=job.prefix is not None,
                 ),
             },
         )
@@ -328,7 +332,13 @@ class Generation:
         and goes out in the next delta, so a snapshot must not carry it too."""
         content = self.state.content[: len(self.state.content) - len(self._pending_content)]
         reasoning = self.state.reasoning[: len(self.state.reasoning) - len(self._pending_reasoning)]
-        return "".join(content), "".join(reasoning)
+        return self._whole("".join(content), "".join(reasoning))
+
+    def _whole(self, content: str, reasoning: str) -> tuple[str, str]:
+        """The answer's text: a continued answer's earlier text, then this stream's."""
+        if self.job.prefix is None:
+            return content, reasoning
+        return self.job.prefix[0] + content, self.job.prefix[1] + reasoning
 
     async def handle(self, request: dict) -> None:
         """A control request from a socket on any process: stop, or a snapshot for an attaching socket."""
@@ -367,7 +377,8 @@ class Generation:
             if pieces == saved_pieces:
                 continue
             try:
-                await database_sync_to_async(self._save_partial)(self.state.text, self.state.reasoning_text)
+                text = self._whole(self.state.text, self.state.reasoning_text)
+                await database_sync_to_async(self._save_partial)(*text)
             except Exception as exc:
                 failures += 1
                 if failures == 1:
@@ -455,10 +466,11 @@ class Generation:
     def _save_final(self, status: str, error: str, usage: dict[str, Any]) -> None:
         job, state = self.job, self.state
         now = timezone.now()
+        content, reasoning = self._whole(state.text, state.reasoning_text)
         with transaction.atomic():
             Message.objects.filter(pk=job.message_id).update(
-                content=state.text,
-                reasoning=state.reasoning_text,
+                content=content,
+                reasoning=reasoning,
                 tool_calls=state.tool_call_list or None,
                 thinking_ms=self.thinking_ms,
                 status=status,

@@ -169,8 +169,11 @@ def update(conversation: Conversation, body: dict) -> None:
 
 
 def detail(conversation: Conversation) -> dict:
-    messages = conversation.messages.select_related("usage").prefetch_related("attachments")
-    streaming = next((m.pk for m in messages if m.status == Message.Status.STREAMING), None)
+    """The conversation with the messages of the branch shown (`current`'s path), each with its siblings."""
+    path = conversation.path_ids()
+    messages = conversation.messages.filter(pk__in=path).prefetch_related("usages", "attachments")
+    streaming = conversation.messages.streaming().values_list("pk", flat=True).first()
+    siblings = conversation.siblings(path)
     return {
         "id": conversation.pk,
         "title": conversation.title,
@@ -179,7 +182,8 @@ def detail(conversation: Conversation) -> dict:
         "params": conversation.params,
         "updated": conversation.updated.isoformat(),
         "streaming": streaming,
-        "messages": [message_json(m) for m in messages],
+        "messages": [{**message_json(m), **branch_json(m, siblings)} for m in messages],
+        "current": conversation.current_id,
         "reviewed_by": reviewed_by(conversation),
     }
 
@@ -191,6 +195,12 @@ def reviewed_by(conversation: Conversation) -> list[dict] | None:
     reads = ConversationRead.objects.of(conversation)[:20]
     return [{"reader": read.reader.get_username() if read.reader else None, "read": read.read.isoformat()}
             for read in reads]  # fmt: skip
+
+
+def branch_json(message: Message, siblings: dict[int, list[int]]) -> dict:
+    """Where a message sits in the tree: its parent, its siblings' ids (its own among them), whether it can go on."""
+    return {"parent": message.parent_id, "siblings": siblings.get(message.pk, [message.pk]),
+            "continuable": message.continuable}  # fmt: skip
 
 
 def message_json(message: Message) -> dict:

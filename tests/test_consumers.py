@@ -498,7 +498,7 @@ async def test_stop_of_a_finished_message(connect, alice, providers):
 # --- regenerate, edit, system prompt ----------------------------------------------
 
 
-async def test_regenerate_replaces_the_last_reply(connect, alice, providers, fake):
+async def test_regenerate_adds_a_sibling_answer_with_the_model_asked(connect, alice, providers, fake):
     _, _, ws = await connect(alice)
     await ws.send(type="send", conversation=None, content="[[echo]] once", model=I14)
     first = await ws.until("done")
@@ -507,27 +507,25 @@ async def test_regenerate_replaces_the_last_reply(connect, alice, providers, fak
     again = await ws.until("done")
     assert again[0]["user_message"] == first[0]["user_message"] and again[0]["message"] != first[0]["message"]
     assert again[0]["model"] == "claude-sonnet-5" and joined(again, "content") == "once"
-    assert not await Message.objects.filter(pk=first[0]["message"]).aexists()
+    assert await Message.objects.filter(pk=first[0]["message"]).aexists()  # kept: a branch (tests/test_branches.py)
     roles = [m.role async for m in Message.objects.filter(conversation_id=conversation)]
-    assert roles == ["user", "assistant"]
+    assert roles == ["user", "assistant", "assistant"]
     assert [m["role"] for m in fake.app.last().body["messages"]] == ["user"]
-    assert await Usage.objects.acount() == 2  # the replaced reply's usage is kept
+    assert await Usage.objects.acount() == 2  # one row per stream
 
 
-async def test_edit_the_last_user_message_and_resend(connect, alice, providers, fake):
+async def test_edit_the_last_user_message_makes_a_sibling(connect, alice, providers, fake):
     _, _, ws = await connect(alice)
     await ws.send(type="send", conversation=None, content="[[echo]] first", model=I14)
     first = await ws.until("done")
     await ws.send(type="send", conversation=first[0]["conversation"], content="[[echo]] second")
     second = await ws.until("done")
-    await ws.send(type="edit", message=first[0]["user_message"], content="[[echo]] not last")
-    assert (await ws.receive())["code"] == "not_last"
     await ws.send(type="edit", message=second[0]["user_message"], content="[[echo]] second, edited")
     edited = await ws.until("done")
-    assert edited[0]["user_message"] == second[0]["user_message"]
+    assert edited[0]["user_message"] != second[0]["user_message"]
     assert joined(edited, "content") == "second, edited"
     user_message = await Message.objects.aget(pk=second[0]["user_message"])
-    assert user_message.content == "[[echo]] second, edited"
+    assert user_message.content == "[[echo]] second"  # the old branch keeps its words
     contents = [m["content"] for m in fake.app.last().body["messages"]]
     assert contents == ["[[echo]] first", "first", "[[echo]] second, edited"]
 

@@ -32,7 +32,7 @@ class MessageInline(admin.StackedInline):
         return False
 
     def get_queryset(self, request):
-        return super().get_queryset(request).select_related("usage").prefetch_related("attachments")
+        return super().get_queryset(request).prefetch_related("usages", "attachments")
 
     @admin.display(description="usage")
     def metered(self, message):

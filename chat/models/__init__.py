@@ -3,6 +3,7 @@
 - providers: the upstreams and their models
 - access: which groups may use which models, and each group's defaults
 - conversations: conversations, messages and the start of a turn
+- branches: switching the branch shown, deleting a message pair
 - tokens: personal API tokens
 - invites: single-use links to join
 - usage: one row per stream, metered
@@ -17,7 +18,15 @@ from ..budgets import Budget, Limit, Price, Spent, budget_for, month_start, pric
 from .access import Access, GroupDefaults, ModelAccess, access_for
 from .attachments import Attachment, AttachmentQuerySet
 from .base import ChatError, Status, fit
-from .conversations import Conversation, ConversationQuerySet, Message, MessageQuerySet, Turn, begin_turn
+from .conversations import (
+    CONTINUE_PROMPT,
+    Conversation,
+    ConversationQuerySet,
+    Message,
+    MessageQuerySet,
+    Turn,
+    begin_turn,
+)
 from .invites import Invite, InviteQuerySet
 from .providers import (
     DEMO_MODEL,
@@ -37,6 +46,7 @@ from .usage import Usage, UsageQuerySet
 from .workers import INTERRUPTED_ERROR, Worker, WorkerQuerySet
 
 __all__ = [
+    "CONTINUE_PROMPT",
     "DEMO_MODEL",
     "DEMO_PROVIDER",
     "INTERRUPTED_ERROR",

@@ -54,6 +54,19 @@ class AttachmentQuerySet(models.QuerySet):
             attachment.message, attachment.position = message, position
         self.bulk_update(attachments, ["message", "position"])
 
+    def copy_to(self, message, attachments) -> None:
+        """Copies of a message's attachments for an edited sibling of it; a stored file is copied too,
+        so deleting one branch never removes the other's file."""
+        for attachment in attachments:
+            path = attachment.path
+            attachment.pk, attachment._state.adding = None, True
+            attachment.message = message
+            if path:
+                with attachment_storage().open(path, "rb") as stored:
+                    name = f"{attachment.owner_id}/{uuid.uuid4().hex}"
+                    attachment.path = attachment_storage().save(name, ContentFile(stored.read()))
+            attachment.save()
+
     def for_message(self, user, ids: list[int]) -> list[Attachment]:
         """The user's unsent uploads with these ids, in that order; not_found for any other id."""
         found = {a.pk: a for a in self.owned_by(user).unsent().filter(pk__in=ids)}

@@ -114,6 +114,25 @@ class Conversation(models.Model):
             pk = parents[pk]
         return path[::-1]
 
+    def deepest(self, pk: int) -> int:
+        """The last message of the branch through `pk`, following the newest child at each step."""
+        children: dict[int, int] = {}
+        for child, parent in self.messages.order_by("created", "pk").values_list("pk", "parent_id"):
+            if parent is not None:
+                children[parent] = child  # the newest wins
+        while pk in children:
+            pk = children[pk]
+        return pk
+
+    def siblings(self, ids: list[int]) -> dict[int, list[int]]:
+        """For each message in `ids`: its siblings' ids and its own (same parent), oldest first."""
+        rows = list(self.messages.order_by("created", "pk").values_list("pk", "parent_id"))
+        by_parent: dict[int | None, list[int]] = {}
+        for pk, parent in rows:
+            by_parent.setdefault(parent, []).append(pk)
+        parent_of = dict(rows)
+        return {pk: by_parent[parent_of[pk]] for pk in ids if pk in parent_of}
+
     def path(self) -> list[Message]:
         """The messages on the chosen branch, root first."""
         ids = self.path_ids()
@@ -227,6 +246,19 @@ class Message(models.Model):
     def __str__(self) -> str:
         return f"{self.role} #{self.pk}"
 
+    @property
+    def usage(self) -> Usage | None:
+        """The answer's usage: its stream's row, or its streams' rows added up (a continued answer)."""
+        rows = list(self.usages.all())
+        return Usage.combined(rows) if len(rows) > 1 else (rows[0] if rows else None)
+
+    @property
+    def continuable(self) -> bool:
+        """An answer cut at the token limit, stopped, or interrupted: `continue` can append to it."""
+        if self.role != Message.Role.ASSISTANT or self.tool_calls:
+            return False
+        return self.finish_reason == "length" or self.status in (Status.STOPPED, Status.INTERRUPTED)
+
 
 @dataclass(frozen=True)
 class Turn:
@@ -235,6 +267,13 @@ class Turn:
     reply: Message
     usage: Usage
     history: list[dict[str, str]]
+    # A continued answer: its (content, reasoning) before this stream, which appends to them.
+    prefix: tuple[str, str] | None = None
+
+
+# The follow-up turn that asks for the rest of a cut answer (not stored; docs/websocket.md):
+# the providers' documents (i14, api14, infyrence) describe no assistant prefill.
+CONTINUE_PROMPT = "Continue exactly where your last message stopped. Do not repeat anything already written."
 
 
 def begin_turn(
@@ -248,11 +287,17 @@ def begin_turn(
     system_prompt: str | None = None,
     worker_id: int | None = None,
     attachments: list[int] | None = None,
+    regenerate: int | None = None,
+    continued: int | None = None,
 ) -> Turn:
     """Store the user's message (new, edited, or the last one again) and an empty streaming reply.
 
-    content alone: a new message. edit=<id of the last user message> with content:
-    replace its text and drop what followed. Neither: regenerate the last reply.
+    content alone: a new message after the conversation's current one. edit=<id of any user
+    message> with content: a sibling of it (same parent, same attachments) with a new reply.
+    Neither: a sibling answer to the user message of `regenerate` (an answer or a user message;
+    default the current one). continued=<id of the current answer, cut or stopped>: no new
+    message; that answer streams again, appending (Turn.prefix), asked with CONTINUE_PROMPT.
+    Old branches are kept; `current` becomes the new reply.
     Refused while a reply streams in the conversation: one stream per conversation,
     and over the user's limits (chat/limits.py) or budget (chat/budgets.py), before anything
     is stored; a refusal over budget leaves a `refused` usage row.
@@ -264,7 +309,18 @@ def begin_turn(
 
     try:
         return _begin_turn(
-            user, entry, params, conversation_id, content, edit, system_prompt, worker_id, limits, attachments or []
+            user,
+            entry,
+            params,
+            conversation_id,
+            content,
+            edit,
+            system_prompt,
+            worker_id,
+            limits,
+            attachments or [],
+            regenerate,
+            continued,
         )
     except BudgetExceeded as exc:
         refuse(user, source=Usage.Source.CHAT, provider_id=entry.provider.pk, model=entry.model,
@@ -273,8 +329,9 @@ def begin_turn(
 
 
 def _begin_turn(
-    user, entry, params, conversation_id, content, edit, system_prompt, worker_id, limits, attachment_ids
-) -> Turn:
+    user, entry, params, conversation_id, content, edit, system_prompt, worker_id, limits, attachment_ids,
+    regenerate, continued,
+) -> Turn:  # fmt: skip
     from ..budgets import BudgetExceeded, reserve
     from .attachments import Attachment, check_message
 
@@ -298,15 +355,18 @@ def _begin_turn(
                 raise ChatError("not_found", "No such conversation.")
             if conversation.messages.streaming().exists():
                 raise ChatError("busy", "A reply is still streaming in this conversation; stop it first.")
-        last_user = conversation.messages.filter(role=Message.Role.USER).last()
-        if edit is not None or content is None:
-            if last_user is None or (edit is not None and last_user.pk != edit):
-                raise ChatError("not_last", "Only the last message of a conversation can be edited or regenerated.")
-            if content is not None:
-                last_user.content = content
-                last_user.save(update_fields=["content"])
-            conversation.messages.filter(pk__gt=last_user.pk).delete()
-            user_message = last_user
+        reply = prefix = None
+        if continued is not None:
+            reply = _continued_answer(conversation, continued)
+            user_message, prefix = reply.parent, (reply.content, reply.reasoning)
+        elif edit is not None:
+            edited = conversation.messages.filter(pk=edit, role=Message.Role.USER).first()
+            if edited is None:
+                raise ChatError("not_found", "No such message.")
+            user_message = conversation.messages.create(role=Message.Role.USER, content=content, parent=edited.parent)
+            Attachment.objects.copy_to(user_message, edited.attachments.all())
+        elif content is None:
+            user_message = _regenerated(conversation, regenerate)
         else:
             user_message = conversation.messages.create(
                 role=Message.Role.USER, content=content, parent_id=conversation.current_id
@@ -314,7 +374,7 @@ def _begin_turn(
             if attachments:
                 Attachment.objects.attach_to(user_message, attachments)
         now = timezone.now()
-        conversation.current = user_message  # the history sent upstream ends with it
+        conversation.current = reply or user_message  # the history sent upstream ends with it
         conversation.model = entry.qualified
         conversation.updated = now
         if params:
@@ -323,6 +383,8 @@ def _begin_turn(
             conversation.system_prompt = system_prompt
         conversation.save(update_fields=["current", "model", "updated", "params", "system_prompt"])
         history = conversation.upstream_messages(images=images)
+        if reply is not None:
+            history.append({"role": Message.Role.USER, "content": CONTINUE_PROMPT})
         prompt_tokens = upstream.estimate_tokens(prompt_chars(history))  # chat/relay.py: text and images
         try:
             reservation = reserve(
@@ -335,14 +397,19 @@ def _begin_turn(
         except BudgetExceeded as exc:
             exc.prompt_tokens = prompt_tokens
             raise
-        reply = conversation.messages.create(
-            parent=user_message,
-            role=Message.Role.ASSISTANT,
-            status=Message.Status.STREAMING,
-            model=entry.model,
-            updated=now,
-            worker_id=worker_id,
-        )
+        if reply is None:
+            reply = conversation.messages.create(
+                parent=user_message,
+                role=Message.Role.ASSISTANT,
+                status=Message.Status.STREAMING,
+                model=entry.model,
+                updated=now,
+                worker_id=worker_id,
+            )
+        else:
+            reply.status, reply.model, reply.updated = Message.Status.STREAMING, entry.model, now
+            reply.worker_id, reply.error, reply.finish_reason = worker_id, "", ""
+            reply.save(update_fields=["status", "model", "updated", "worker", "error", "finish_reason"])
         conversation.current = reply
         conversation.save(update_fields=["current"])
         usage = Usage.objects.create(
@@ -356,4 +423,28 @@ def _begin_turn(
             reserved_tokens=reservation.tokens,
             worker_id=worker_id,
         )
-    return Turn(conversation, user_message, reply, usage, history)
+    return Turn(conversation, user_message, reply, usage, history, prefix)
+
+
+def _regenerated(conversation: Conversation, pk: int | None) -> Message:
+    """The user message a regenerated answer answers: of the answer `pk`, `pk` itself, or of the current one."""
+    message = conversation.messages.filter(pk=pk or conversation.current_id).first()
+    if pk is not None and message is None:
+        raise ChatError("not_found", "No such message.")
+    if message is not None and message.role == Message.Role.ASSISTANT:
+        message = message.parent
+    if message is None or message.role != Message.Role.USER:
+        raise ChatError("nothing_to_regenerate", "There is no message to answer again.")
+    return message
+
+
+def _continued_answer(conversation: Conversation, pk: int) -> Message:
+    """The answer `continue` appends to: the current one, cut at the token limit, stopped or interrupted."""
+    reply = conversation.messages.filter(pk=pk, role=Message.Role.ASSISTANT).select_related("parent").first()
+    if reply is None:
+        raise ChatError("not_found", "No such message.")
+    if reply.pk != conversation.current_id:
+        raise ChatError("not_current", "Only the last answer of the branch shown can be continued.")
+    if not reply.continuable:
+        raise ChatError("not_continuable", "Only an answer cut at the token limit, stopped or interrupted can go on.")
+    return reply

@@ -52,9 +52,8 @@ class Usage(models.Model):
 
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="usage")
     provider = models.ForeignKey(Provider, on_delete=models.SET_NULL, null=True, blank=True)
-    message = models.OneToOneField(
-        "chat.Message", on_delete=models.SET_NULL, null=True, blank=True, related_name="usage"
-    )
+    # One row per stream: a continued answer (begin_turn, `continued`) has a row for each of its streams.
+    message = models.ForeignKey("chat.Message", on_delete=models.SET_NULL, null=True, blank=True, related_name="usages")
     token = models.ForeignKey(ApiToken, on_delete=models.SET_NULL, null=True, blank=True, related_name="usage")
     source = models.CharField(max_length=4, choices=Source.choices, default=Source.CHAT, db_index=True)
     model = models.CharField(max_length=MODEL_MAX_LENGTH, db_index=True)
@@ -114,6 +113,25 @@ class Usage(models.Model):
             "error": error,
             **metering,
         }
+
+    @staticmethod
+    def combined(rows: list[Usage]) -> Usage:
+        """The streams of one continued answer added up, as an unsaved row (pk and status: the newest's)."""
+        newest, first = max(rows, key=lambda row: row.started), min(rows, key=lambda row: row.started)
+        costs = [row.cost for row in rows if row.cost is not None]
+        return Usage(
+            pk=newest.pk, user_id=newest.user_id, provider_id=newest.provider_id, message_id=newest.message_id,
+            model=newest.model, status=newest.status, finish_reason=newest.finish_reason, error=newest.error,
+            started=first.started, ended=newest.ended, ttft_ms=first.ttft_ms,
+            tokens_per_second=newest.tokens_per_second, cost_source=newest.cost_source,
+            prompt_tokens=sum(row.prompt_tokens for row in rows),
+            completion_tokens=sum(row.completion_tokens for row in rows),
+            reasoning_tokens=sum(row.reasoning_tokens for row in rows),
+            total_tokens=sum(row.total_tokens for row in rows),
+            cost=sum(costs) if costs else None,
+            duration_ms=sum(row.duration_ms or 0 for row in rows) or None,
+            estimated=any(row.estimated for row in rows),
+        )  # fmt: skip
 
     def as_frame(self) -> dict:
         """The `usage` object of a `done` frame."""
