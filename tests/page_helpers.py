@@ -146,9 +146,14 @@ def control_sockets(page: Page, mode: str = "open") -> None:
 def conversation_for(user, title: str, *texts: str, model: str = CLAUDE) -> Conversation:
     """A finished conversation stored directly: (user, assistant) message pairs from `texts`."""
     conversation = Conversation.objects.create(owner=user, title=title, model=model)
+    parent = None
     for index, text in enumerate(texts):
         role = Message.Role.USER if index % 2 == 0 else Message.Role.ASSISTANT
-        Message.objects.create(conversation=conversation, role=role, content=text, model=model.split("/", 1)[1])
+        parent = Message.objects.create(
+            conversation=conversation, role=role, content=text, model=model.split("/", 1)[1], parent=parent
+        )
+    conversation.current = parent  # one branch, shown to its end
+    conversation.save(update_fields=["current"])
     return conversation
 
 

@@ -19,8 +19,11 @@ def alice_client(client, alice):
 @pytest.fixture
 def chats(alice, bob):
     poem = Conversation.objects.create(owner=alice, title="Ocean poem")
-    Message.objects.create(conversation=poem, role="user", content="Write about the sea")
-    reply = Message.objects.create(conversation=poem, role="assistant", content="Waves **roll**", reasoning="hmm")
+    asked = Message.objects.create(conversation=poem, role="user", content="Write about the sea")
+    reply = Message.objects.create(
+        conversation=poem, role="assistant", content="Waves **roll**", reasoning="hmm", parent=asked
+    )
+    Conversation.objects.filter(pk=poem.pk).update(current=reply)
     Usage.objects.create(user=alice, message=reply, model="m", status="complete", prompt_tokens=3, completion_tokens=4)
     recipes = Conversation.objects.create(owner=alice, title="Soup")
     Message.objects.create(conversation=recipes, role="user", content="A recipe with leeks")
