@@ -1,6 +1,8 @@
 // The chat page: wires the socket, the sidebar, the settings and the message views together.
 import { ApiError, api, setBusyHandler, setCsrfToken } from "./api.js";
 import { AttachmentTray } from "./attachments.js";
+import { applyTree, handleBranchClicks, updateBranchControls } from "./branches.js";
+import { t } from "./i18n.js";
 import { MessageView } from "./messages.js";
 import { handleCopyClicks } from "./render.js";
 import { ModelPicker, SettingsPanel } from "./settings.js";
@@ -119,16 +121,15 @@ function updateComposer() {
   updateActions();
 }
 
-/** Only the last user message can be edited and only the last answer regenerated. */
+/** Any user message can be edited and any answer regenerated (a new branch), while nothing streams. */
 function updateActions() {
   const views = [...state.views.values()];
   const idle = state.streaming === null && state.pending === null;
-  const lastUser = views.findLast((view) => view.role === "user");
-  const lastAnswer = views.at(-1)?.role === "assistant" ? views.at(-1) : null;
   for (const view of views) {
     const button = view.article.querySelector(view.role === "user" ? "[data-action=edit]" : "[data-action=regenerate]");
-    button.hidden = !idle || view !== (view.role === "user" ? lastUser : lastAnswer);
+    button.hidden = !idle;
   }
+  updateBranchControls(ui.thread, views, idle);
 }
 
 function autogrow() {
@@ -195,6 +196,7 @@ async function openConversation(id, { push = true } = {}) {
       state.streaming = message.id;
     }
   }
+  applyTree(state.views, data.messages);
   state.loaded = true;
   updateComposer();
   stuckToBottom = true;
@@ -317,12 +319,47 @@ function sendMessage() {
   followBottom();
 }
 
-function regenerate() {
+function regenerate(answer) {
   if (state.conversation === null || state.streaming) return;
-  submit({ type: "regenerate", conversation: state.conversation, model: picker.value }, {
+  submit({ type: "regenerate", conversation: state.conversation, message: answer.id, model: picker.value }, {
     kind: "regenerate",
     conversation: state.conversation,
+    answer,
   });
+}
+
+function continueAnswer(answer) {
+  if (state.conversation === null || state.streaming || state.pending) return;
+  submit({ type: "continue", message: answer.id, model: picker.value }, {
+    kind: "continue",
+    conversation: state.conversation,
+    answer,
+  });
+}
+
+/** The tree's ids, siblings and "can continue" after a turn (branches.js shows them). */
+async function refreshTree() {
+  const seq = state.loadSeq;
+  const id = state.conversation;
+  let data;
+  try {
+    data = await api(`/api/conversations/${id}`);
+  } catch {
+    return; // the controls stay as they were; the next load shows them
+  }
+  if (seq !== state.loadSeq || id !== state.conversation) return;
+  applyTree(state.views, data.messages);
+  updateActions();
+}
+
+/** Takes `article` and every message after it off the page: a new branch replaces them there. */
+function dropFrom(article) {
+  while (article) {
+    const next = article.nextElementSibling;
+    state.views.delete(Number(article.dataset.messageId));
+    article.remove();
+    article = next;
+  }
 }
 
 async function editLast(view) {
@@ -367,21 +404,20 @@ function onStarted(frame) {
     }
     state.watched.add(frame.conversation);
     if (pending.view) {
+      state.views.delete(pending.view.id); // an edit: the view shows the new sibling now
       pending.view.setId(frame.user_message);
       pending.view.setStatus("complete");
       pending.view.setUserText(pending.content);
       state.views.set(frame.user_message, pending.view);
     }
-    // An edit or a regeneration drops what followed the user's message.
-    for (const [id, view] of state.views) {
-      if (id > frame.user_message) {
-        view.article.remove();
-        state.views.delete(id);
-      }
-    }
+    // An edit or a regeneration is a new branch: the old one leaves the page (it stays on the server).
+    if (pending.kind === "edit") dropFrom(pending.view.article.nextElementSibling);
+    if (pending.kind === "regenerate") dropFrom(pending.answer.article);
     setTitle(frame.title);
     announce("");
-    const view = addView({ id: frame.message, role: "assistant", status: "streaming", model: frame.model });
+    const view = frame.continued
+      ? continued(frame)
+      : addView({ id: frame.message, role: "assistant", status: "streaming", model: frame.model });
     state.streaming = frame.message;
     updateComposer();
     stuckToBottom = true;
@@ -397,6 +433,19 @@ function onStarted(frame) {
     sidebar.refresh();
   }
   return null;
+}
+
+/** A continued answer streams again in place: its text so far, then the new deltas. */
+function continued(frame) {
+  const old = state.views.get(frame.message);
+  const { content, reasoning } = old || {};
+  const message = { id: frame.message, role: "assistant", status: "streaming", model: frame.model, content, reasoning };
+  const view = new MessageView(message, { onPaint: followBottom });
+  view.continued = true;
+  if (old) old.article.replaceWith(view.article);
+  else ui.thread.append(view.article);
+  state.views.set(frame.message, view);
+  return view;
 }
 
 // Screen readers hear a finished answer once, not every token.
@@ -418,6 +467,7 @@ function onDone(frame) {
   }
   sidebar.refresh();
   budget.refresh();
+  if (frame.conversation === state.conversation) refreshTree();
 }
 
 function onAttached(frame) {
@@ -472,6 +522,11 @@ function onFrame(frame) {
       return onDone(frame);
     case "error":
       return onError(frame);
+    case "switched":
+    case "deleted":
+      // The path shown changed (here or in another tab): show it as stored.
+      if (frame.conversation === state.conversation) openConversation(frame.conversation, { push: false });
+      return undefined;
     default:
       return undefined;
   }
@@ -566,7 +621,7 @@ ui.thread.addEventListener("click", (event) => {
   if (!article) return;
   const view = state.views.get(Number(article.dataset.messageId));
   if (!view) return;
-  if (button.dataset.action === "regenerate") regenerate();
+  if (button.dataset.action === "regenerate") regenerate(view);
   else if (button.dataset.action === "edit") editLast(view);
   else if (button.dataset.action === "copy") copyAnswer(button, view);
 });
@@ -588,6 +643,11 @@ async function copyAnswer(button, view) {
   }, 1500);
 }
 handleCopyClicks(ui.thread);
+handleBranchClicks(ui.thread, {
+  viewOf: (id) => state.views.get(id),
+  send: (frame) => socket.send(frame) || showNotice(t("Not connected to the server; try again once it is back.")),
+  continueAnswer,
+});
 
 // An attached image's thumbnail opens it full size, in the page (its URL itself is a download).
 const imageDialog = $("image-dialog");

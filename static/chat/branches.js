@@ -1,0 +1,99 @@
+// Branches on the page: the ‹ 2 / 3 › switcher, "delete this pair" and Continue (protocol: docs/websocket.md).
+import { t } from "./i18n.js";
+import { iconButton } from "./icons.js";
+
+function button(action, text, label) {
+  const node = document.createElement("button");
+  node.type = "button";
+  node.dataset.action = action;
+  node.textContent = text;
+  if (label) {
+    node.setAttribute("aria-label", label);
+    node.title = label;
+  }
+  return node;
+}
+
+/** This module's controls on a message view, made once. */
+function controls(view) {
+  if (view.branch) return view.branch;
+  const nav = document.createElement("span");
+  nav.className = "branch-nav";
+  nav.setAttribute("role", "group");
+  nav.setAttribute("aria-label", t("Versions"));
+  const previous = button("branch-previous", "‹", t("Previous version"));
+  const position = document.createElement("span");
+  position.className = "branch-position";
+  const next = button("branch-next", "›", t("Next version"));
+  nav.append(previous, position, next);
+  nav.hidden = true;
+  view.actions.prepend(nav);
+  const branch = { nav, previous, position, next, remove: null, resume: null };
+  if (view.role === "user") {
+    branch.remove = iconButton("delete", t("Delete, with its answer"));
+    view.actions.append(branch.remove);
+  } else {
+    branch.resume = button("continue", t("Continue"), t("Continue this answer"));
+    branch.resume.className = "continue-button";
+    branch.resume.hidden = true;
+    view.actions.append(branch.resume);
+  }
+  view.branch = branch;
+  return branch;
+}
+
+/** Where a message sits in the tree (the API's `siblings`, `continuable`), shown on its view. */
+export function showBranch(view, message) {
+  const branch = controls(view);
+  view.siblings = message.siblings?.length ? message.siblings : [view.id];
+  view.continuable = Boolean(message.continuable);
+  const index = view.siblings.indexOf(view.id);
+  const count = view.siblings.length;
+  branch.nav.hidden = count < 2;
+  branch.position.textContent = `${index + 1} / ${count}`;
+  branch.position.setAttribute("aria-label", t("Version %(index)s of %(count)s", { index: index + 1, count }));
+  branch.previous.disabled = index <= 0;
+  branch.next.disabled = index >= count - 1;
+}
+
+/** The branches of the messages on the page, from GET /api/conversations/<id>. */
+export function applyTree(views, messages) {
+  for (const message of messages) {
+    const view = views.get(message.id);
+    if (!view) continue;
+    showBranch(view, message);
+    if (view.continued && message.usage) view.showUsage(message.usage); // the streams added up
+  }
+}
+
+/** While an answer streams nothing changes the tree; Continue only on the last answer shown. */
+export function updateBranchControls(thread, views, idle) {
+  for (const view of views) {
+    const branch = controls(view);
+    branch.previous.disabled = !idle || !view.siblings || view.siblings.indexOf(view.id) <= 0;
+    branch.next.disabled = !idle || !view.siblings || view.siblings.indexOf(view.id) >= view.siblings.length - 1;
+    if (branch.remove) branch.remove.hidden = !idle || view.id === null || view.id === undefined;
+    if (branch.resume) branch.resume.hidden = !idle || !view.continuable || view.article !== thread.lastElementChild;
+  }
+}
+
+/** Clicks on this module's controls: switch, delete (after a confirm), continue. */
+export function handleBranchClicks(thread, { viewOf, send, continueAnswer }) {
+  thread.addEventListener("click", (event) => {
+    const target = event.target.closest("button[data-action]");
+    const article = target?.closest("article[data-message-id]");
+    const view = article && viewOf(Number(article.dataset.messageId));
+    if (!view) return;
+    const action = target.dataset.action;
+    if (action === "branch-previous" || action === "branch-next") {
+      const index = view.siblings.indexOf(view.id) + (action === "branch-next" ? 1 : -1);
+      if (index >= 0 && index < view.siblings.length) send({ type: "switch", message: view.siblings[index] });
+    } else if (action === "delete") {
+      if (window.confirm(t("Delete this message and its answer? What followed them is kept."))) {
+        send({ type: "delete", message: view.id });
+      }
+    } else if (action === "continue") {
+      continueAnswer(view);
+    }
+  });
+}
