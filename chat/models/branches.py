@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from django.db import transaction
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from .base import ChatError
 from .conversations import Conversation, Message
@@ -17,10 +18,10 @@ def _owned_message(user, message_id: int) -> tuple[Conversation, Message]:
     """The message and its conversation, locked; not_found for anyone else's; busy while a reply streams."""
     message = Message.objects.filter(pk=message_id, conversation__owner=user).first()
     if message is None:
-        raise ChatError("not_found", "No such message.")
+        raise ChatError("not_found", _("No such message."))
     conversation = Conversation.objects.select_for_update().get(pk=message.conversation_id)
     if conversation.messages.streaming().exists():
-        raise ChatError("busy", "A reply is still streaming in this conversation; stop it first.")
+        raise ChatError("busy", _("A reply is still streaming in this conversation; stop it first."))
     return conversation, message
 
 
@@ -45,7 +46,7 @@ def delete_pair(user, message_id: int) -> Conversation:
         conversation, message = _owned_message(user, message_id)
         asked = message.parent if message.role == Message.Role.ASSISTANT else message
         if asked is None or asked.role != Message.Role.USER:
-            raise ChatError("not_pair", "Only a message and its answer can be deleted together.")
+            raise ChatError("not_pair", _("Only a message and its answer can be deleted together."))
         answers = list(asked.children.values_list("pk", flat=True))
         gone = {asked.pk, *answers}
         Message.objects.filter(parent_id__in=answers).update(parent_id=asked.parent_id)

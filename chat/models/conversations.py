@@ -11,6 +11,7 @@ from django.conf import settings
 from django.db import models, transaction
 from django.db.models import Q
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from .. import upstream
 from ..relay import prompt_chars
@@ -434,7 +435,7 @@ def _regenerated(conversation: Conversation, pk: int | None) -> Message:
     if message is not None and message.role == Message.Role.ASSISTANT:
         message = message.parent
     if message is None or message.role != Message.Role.USER:
-        raise ChatError("nothing_to_regenerate", "There is no message to answer again.")
+        raise ChatError("nothing_to_regenerate", _("There is no message to answer again."))
     return message
 
 
@@ -444,7 +445,8 @@ def _continued_answer(conversation: Conversation, pk: int) -> Message:
     if reply is None:
         raise ChatError("not_found", "No such message.")
     if reply.pk != conversation.current_id:
-        raise ChatError("not_current", "Only the last answer of the branch shown can be continued.")
+        raise ChatError("not_current", _("Only the last answer of the branch shown can be continued."))
     if not reply.continuable:
-        raise ChatError("not_continuable", "Only an answer cut at the token limit, stopped or interrupted can go on.")
+        detail = _("Only an answer cut at the token limit, stopped or interrupted can go on.")
+        raise ChatError("not_continuable", detail)
     return reply
