@@ -7,7 +7,7 @@ import re
 from playwright.sync_api import expect
 
 from chat.models import CONTINUE_PROMPT, Conversation, Message
-from tests.page_helpers import CLAUDE, choose_model, screenshot, send, wait_done
+from tests.page_helpers import CLAUDE, answer_length, choose_model, screenshot, send, wait_done
 
 expect.set_options(timeout=15_000)
 
@@ -57,8 +57,15 @@ def test_switcher_shows_each_version_and_the_choice_survives_a_reload(page, fake
     assert Message.objects.get(pk=old_answer).content == "tell me more"
 
     # Delete the middle pair, after a confirm: what followed stays.
-    page.once("dialog", lambda dialog: dialog.accept())
-    page.locator("article.message.user").nth(1).get_by_role("button", name="Delete, with its answer").click()
+    remove = page.locator("article.message.user").nth(1).get_by_role("button", name="Delete, with its answer")
+    remove.click()
+    dialog = page.get_by_role("dialog", name="Delete this message?")
+    expect(dialog).to_contain_text("What followed them is kept.")
+    dialog.get_by_role("button", name="Cancel").click()
+    expect(dialog).to_be_hidden()
+    expect(page.locator("article.message.user")).to_have_count(3)
+    remove.click()
+    dialog.get_by_role("button", name="Delete").click()
     expect(page.locator("article.message.user")).to_have_count(2)
     expect(page.locator("article.message.user .user-text")).to_have_text(
         ["[[echo]] a first question", "[[echo]] and then"]
@@ -77,9 +84,16 @@ def test_continue_appends_to_an_answer_cut_at_max_tokens(page, fake):
     cut = reply.locator(".answer").inner_text()
     proceed = reply.get_by_role("button", name="Continue this answer")
     expect(proceed).to_be_visible()
+    before = answer_length(reply)
     proceed.click()
-    expect(reply).to_have_attribute("data-status", "streaming")
-    wait_done(reply)
+    page.wait_for_function(
+        """([id, before]) => {
+            const article = document.querySelector(`article[data-message-id="${id}"]`);
+            const length = article?.querySelector(".answer").textContent.length;
+            return article?.dataset.status === "complete" && length > before;
+        }""",
+        arg=[reply_id, before],
+    )
     expect(page.locator("article.message.assistant")).to_have_count(1)
     expect(reply).to_have_attribute("data-message-id", reply_id)
     grown = reply.locator(".answer").inner_text()

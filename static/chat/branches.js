@@ -77,9 +77,48 @@ export function updateBranchControls(thread, views, idle) {
   }
 }
 
+/** The in-page confirm (like the sidebar's delete): resolves true when Delete is chosen. */
+let dialog = null;
+function confirmDelete() {
+  if (!dialog) {
+    dialog = document.createElement("dialog");
+    dialog.className = "dialog";
+    dialog.id = "delete-pair-dialog";
+    dialog.setAttribute("aria-labelledby", "delete-pair-title");
+    const form = document.createElement("form");
+    form.method = "dialog";
+    const title = document.createElement("h2");
+    title.id = "delete-pair-title";
+    title.textContent = t("Delete this message?");
+    const text = document.createElement("p");
+    text.textContent = t("The message and its answers will be deleted. What followed them is kept.");
+    const buttons = document.createElement("div");
+    buttons.className = "dialog-buttons";
+    const cancel = button("", t("Cancel"));
+    delete cancel.dataset.action;
+    cancel.className = "button";
+    cancel.addEventListener("click", () => dialog.close("cancel"));
+    const ok = button("", t("Delete"));
+    delete ok.dataset.action;
+    ok.type = "submit";
+    ok.value = "confirm";
+    ok.className = "button danger";
+    buttons.append(cancel, ok);
+    form.append(title, text, buttons);
+    dialog.append(form);
+    document.body.append(dialog);
+  }
+  return new Promise((resolve) => {
+    dialog.returnValue = "";
+    dialog.addEventListener("close", () => resolve(dialog.returnValue === "confirm"), { once: true });
+    dialog.showModal();
+    dialog.querySelector(".danger").focus();
+  });
+}
+
 /** Clicks on this module's controls: switch, delete (after a confirm), continue. */
 export function handleBranchClicks(thread, { viewOf, send, continueAnswer }) {
-  thread.addEventListener("click", (event) => {
+  thread.addEventListener("click", async (event) => {
     const target = event.target.closest("button[data-action]");
     const article = target?.closest("article[data-message-id]");
     const view = article && viewOf(Number(article.dataset.messageId));
@@ -89,9 +128,7 @@ export function handleBranchClicks(thread, { viewOf, send, continueAnswer }) {
       const index = view.siblings.indexOf(view.id) + (action === "branch-next" ? 1 : -1);
       if (index >= 0 && index < view.siblings.length) send({ type: "switch", message: view.siblings[index] });
     } else if (action === "delete") {
-      if (window.confirm(t("Delete this message and its answer? What followed them is kept."))) {
-        send({ type: "delete", message: view.id });
-      }
+      if (await confirmDelete()) send({ type: "delete", message: view.id });
     } else if (action === "continue") {
       continueAnswer(view);
     }
