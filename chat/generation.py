@@ -21,6 +21,7 @@ from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
 from . import budgets, limits, upstream
@@ -467,12 +468,14 @@ class Generation:
         job, state = self.job, self.state
         now = timezone.now()
         content, reasoning = self._whole(state.text, state.reasoning_text)
+        # A continued answer that did not think again keeps the time its first stream thought.
+        thinking_ms = F("thinking_ms") if job.prefix is not None and self.thinking_ms is None else self.thinking_ms
         with transaction.atomic():
             Message.objects.filter(pk=job.message_id).update(
                 content=content,
                 reasoning=reasoning,
                 tool_calls=state.tool_call_list or None,
-                thinking_ms=self.thinking_ms,
+                thinking_ms=thinking_ms,
                 status=status,
                 finish_reason=fit(Message, "finish_reason", state.finish_reason),
                 error=error,

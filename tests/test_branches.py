@@ -159,7 +159,8 @@ async def test_continue_after_a_stop_and_what_is_refused(connect, alice, bob, pr
     await ws.send(type="stop", message=started["message"])
     stopped = await ws.until("done")
     assert stopped[-1]["status"] == "stopped"
-    text = (await Message.objects.aget(pk=started["message"])).content
+    stopped_answer = await Message.objects.aget(pk=started["message"])
+    text, thought = stopped_answer.content, stopped_answer.reasoning
     _, _, intruder = await connect(bob)
     await intruder.send(type="continue", message=started["message"])
     assert (await intruder.receive())["code"] == "not_found"
@@ -171,6 +172,7 @@ async def test_continue_after_a_stop_and_what_is_refused(connect, alice, bob, pr
     await turn(ws, type="continue", message=started["message"])
     answer = await Message.objects.aget(pk=started["message"])
     assert answer.content.startswith(text) and len(answer.content) > len(text) and answer.status == "complete"
+    assert thought and answer.reasoning.startswith(thought) and len(answer.reasoning) > len(thought)  # i14 thinks again
 
 
 async def test_delete_a_pair_keeps_what_followed(connect, alice, bob, providers, fake):
