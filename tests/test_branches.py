@@ -230,3 +230,29 @@ async def test_switch_refuses_bad_ids_others_and_a_streaming_conversation(connec
     assert (await ws.until("error"))[-1]["code"] == "busy"
     await ws.send(type="stop", message=streaming)
     await ws.until("done")
+
+
+@pytest.mark.parametrize("storage", ["database", "files"])
+def test_an_edited_messages_attachments_are_copies_that_outlive_the_original(alice, tmp_path, settings, storage):
+    from chat.models import Attachment
+    from tests import files
+    from tests.test_attachments import make
+
+    settings.ATTACHMENT_STORAGE = storage
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "attachments": {"BACKEND": "django.core.files.storage.FileSystemStorage", "OPTIONS": {"location": tmp_path}},
+    }
+    conversation = Conversation.objects.create(owner=alice, title="t")
+    original = Message.objects.create(conversation=conversation, role=Message.Role.USER, content="see")
+    picture = make(alice, "photo.png", files.image(20, 20), original)
+    sibling = Message.objects.create(conversation=conversation, role=Message.Role.USER, content="look")
+    Attachment.objects.copy_to(sibling, original.attachments.all())
+    copy = sibling.attachments.get()
+    assert copy.pk != picture.pk and copy.name == "photo.png" and copy.read() == picture.read()
+    assert (copy.path != picture.path) if storage == "files" else (copy.path == "" and copy.data is not None)
+    data = picture.read()
+    original.delete()  # one branch goes: the other's file stays
+    assert Attachment.objects.get().read() == data
+    conversation.delete()
+    assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
