@@ -68,12 +68,15 @@ def _counts(user_id: int, source: str, token_id: int | None, since, alive_since)
     """
     ops = connection.ops
     if connection.features.has_select_for_update:
-        # Serialise this person's concurrent starts.
+        # Serialise this person's concurrent starts. NO KEY UPDATE on PostgreSQL: it conflicts with
+        # itself but not with the key-share lock every insert of a row referencing the person takes
+        # (a conversation, a message's usage row), so a start cannot deadlock with another save.
         users = get_user_model()._meta
+        mode = "NO KEY UPDATE" if connection.features.has_select_for_no_key_update else "UPDATE"
         with connection.cursor() as cursor:
             cursor.execute(
                 f"SELECT 1 FROM {ops.quote_name(users.db_table)} WHERE {ops.quote_name(users.pk.column)} = %s "
-                "FOR UPDATE",
+                f"FOR {mode}",
                 [user_id],
             )
     alive, recent = ops.adapt_datetimefield_value(alive_since), ops.adapt_datetimefield_value(since)
