@@ -80,15 +80,15 @@ def percentile(values: list[float], share: float) -> float | None:
 class Stack:
     """The fake upstream, our server and (if installed) LiteLLM's proxy, each in its own process."""
 
-    def __init__(self, database_url: str | None, litellm: bool) -> None:
+    def __init__(self, database_url: str | None, litellm: bool, servers: int = 1, env: dict | None = None) -> None:
         self.processes: list[subprocess.Popen] = []
         try:
-            self.start(database_url, litellm)
+            self.start(database_url, litellm, servers, env or {})
         except BaseException:
             self.close()
             raise
 
-    def start(self, database_url: str | None, litellm: bool) -> None:
+    def start(self, database_url: str | None, litellm: bool, servers: int = 1, env: dict | None = None) -> None:
         self.folder = tempfile.TemporaryDirectory(prefix="chat-compare-")
         fake_port, self.port = free_port(), free_port()
         self.upstream = f"http://127.0.0.1:{fake_port}/infyrence/v1"
@@ -114,6 +114,7 @@ class Stack:
             # ...and a socket may send as fast as the one-token rate asks (a tab sends a few frames a second)
             "CHAT_FRAME_RATE": "100000",
             "CHAT_FRAME_BURST": "100000",
+            **(env or {}),
         }
         self.fake = self.spawn(
             [sys.executable, "-m", "uvicorn", "chat.fakeupstream:app", "--port", str(fake_port), "--log-level",
@@ -129,16 +130,19 @@ class Stack:
         )
         out = subprocess.run([*manage, "shell", "-c", script], cwd=ROOT, env=self.env, check=True, capture_output=True)
         self.cookie, self.token = out.stdout.decode().split()[-2:]
-        self.server = self.spawn(
-            [sys.executable, "-m", "chatsite.server", "-b", "127.0.0.1", "-p", str(self.port),
-             "chatsite.asgi:application"],
-        )  # fmt: skip
+        # More than one: processes sharing the database (and, with REDIS_URL in env, Redis), each on its port.
+        ports = [self.port] + [free_port() for _ in range(servers - 1)]
+        self.urls = [f"http://127.0.0.1:{port}" for port in ports]
+        command = [sys.executable, "-m", "chatsite.server", "-b", "127.0.0.1", "-p"]
+        self.servers = [self.spawn([*command, str(port), "chatsite.asgi:application"]) for port in ports]
+        self.server = self.servers[0]
         self.litellm_url = None
         self.litellm = None
         if litellm and (BENCH_VENV / "bin" / "litellm").exists():
             self.litellm = self.start_litellm()
         wait_http(f"http://127.0.0.1:{fake_port}/", self.fake)
-        wait_http(self.url + "/v1/models", self.server)  # any answer (a 401) will do
+        for url, server in zip(self.urls, self.servers, strict=True):
+            wait_http(url + "/v1/models", server)  # any answer (a 401) will do
         if self.litellm is not None:
             wait_http(self.litellm_url + "/health/liveliness", self.litellm, timeout=120)
 

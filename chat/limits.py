@@ -19,7 +19,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db.models import Count, Q
+from django.db import connection
 from django.utils import timezone
 
 from . import upstream
@@ -41,30 +41,59 @@ class LimitExceeded(ChatError):
 
 def enforce(user, *, source: str, token=None) -> None:
     """Refuse a new stream over the caps; call inside the transaction that creates its usage row."""
-    # Serialise this user's concurrent requests (a no-op on SQLite, whose writers already queue).
-    get_user_model().objects.select_for_update().filter(pk=user.pk).first()
     now = timezone.now()
     since = now - WINDOW
     # No stream outlives UPSTREAM_DEADLINE: an older row still `streaming` was left by a dead
     # process and must not hold a place until something sweeps it.
     alive_since = now - timedelta(seconds=settings.UPSTREAM_DEADLINE + 60)
-    streaming = Q(status=Status.STREAMING, started__gt=alive_since)
-    no_token = Q(pk__in=[])  # counts nothing
-    # Every count in one statement over the person's recent rows (a token's rows are its owner's).
-    counts = Usage.objects.filter(user=user, started__gt=min(since, alive_since)).aggregate(
-        mine=Count("pk", filter=streaming & Q(source=source)),
-        token=Count("pk", filter=streaming & Q(token_id=token.pk) if token is not None else no_token),
-        mine_recent=Count("pk", filter=Q(started__gt=since)),
-        token_recent=Count("pk", filter=Q(token_id=token.pk, started__gt=since) if token is not None else no_token),
-    )
+    mine, by_token, mine_recent, token_recent = _counts(user.pk, source, token.pk if token is not None else None,
+                                                        since, alive_since)  # fmt: skip
     cap = settings.CHAT_MAX_STREAMS if source == Usage.Source.CHAT else settings.API_MAX_STREAMS
-    _cap_streams(counts["mine"], cap, "you have")
+    _cap_streams(mine, cap, "you have")
     if token is not None:
-        _cap_streams(counts["token"], settings.API_TOKEN_MAX_STREAMS, "this token has")
-    _cap_rate(counts["mine_recent"], Usage.objects.filter(user=user), settings.RATE_LIMIT_PER_MINUTE, "you", now)
+        _cap_streams(by_token, settings.API_TOKEN_MAX_STREAMS, "this token has")
+    _cap_rate(mine_recent, Usage.objects.filter(user=user), settings.RATE_LIMIT_PER_MINUTE, "you", now)
     if token is not None:
-        _cap_rate(counts["token_recent"], Usage.objects.filter(token=token),
+        _cap_rate(token_recent, Usage.objects.filter(token=token),
                   settings.API_TOKEN_RATE_LIMIT_PER_MINUTE, "this token", now)  # fmt: skip
+
+
+def _counts(user_id: int, source: str, token_id: int | None, since, alive_since) -> tuple[int, int, int, int]:
+    """Streams running (the person's of this source, the token's) and started in the window, in plain SQL.
+
+    It runs on every stream start, where compiling the ORM's filtered counts cost more than
+    the query. One statement, after the person's row is locked where the database can
+    (PostgreSQL; SQLite's IMMEDIATE transactions already serialise writers): a separate one,
+    so that the counts, read after the lock is had, see the rows of the start it waited for.
+    """
+    ops = connection.ops
+    if connection.features.has_select_for_update:
+        # Serialise this person's concurrent starts. NO KEY UPDATE on PostgreSQL: it conflicts with
+        # itself but not with the key-share lock every insert of a row referencing the person takes
+        # (a conversation, a message's usage row), so a start cannot deadlock with another save.
+        users = get_user_model()._meta
+        mode = "NO KEY UPDATE" if connection.features.has_select_for_no_key_update else "UPDATE"
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT 1 FROM {ops.quote_name(users.db_table)} WHERE {ops.quote_name(users.pk.column)} = %s "
+                f"FOR {mode}",
+                [user_id],
+            )
+    alive, recent = ops.adapt_datetimefield_value(alive_since), ops.adapt_datetimefield_value(since)
+    # Every count over the person's recent rows (a token's rows are its owner's).
+    sql = (
+        "SELECT COUNT(CASE WHEN status = %s AND started > %s AND source = %s THEN 1 END), "
+        "COUNT(CASE WHEN status = %s AND started > %s AND token_id = %s THEN 1 END), "
+        "COUNT(CASE WHEN started > %s THEN 1 END), "
+        "COUNT(CASE WHEN started > %s AND token_id = %s THEN 1 END) "
+        f"FROM {ops.quote_name(Usage._meta.db_table)} WHERE user_id = %s AND started > %s"
+    )
+    params = [Status.STREAMING, alive, source, Status.STREAMING, alive, token_id, recent, recent, token_id,
+              user_id, ops.adapt_datetimefield_value(min(since, alive_since))]  # fmt: skip
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+    return tuple(int(n or 0) for n in row)
 
 
 def _cap_streams(running: int, cap: int, who: str) -> None:

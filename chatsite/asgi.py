@@ -2,10 +2,14 @@
 
 import os
 
-from django.core.asgi import get_asgi_application
+import django
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatsite.settings")
-django_http = get_asgi_application()
+django.setup(set_prefix=False)  # as get_asgi_application() does, before its handler
+
+from chatsite.middleware import ASGIHandler  # noqa: E402  (needs the apps loaded)
+
+django_http = ASGIHandler()
 
 from channels.routing import ProtocolTypeRouter  # noqa: E402  (needs the apps loaded)
 from django.conf import settings  # noqa: E402

@@ -7,17 +7,23 @@ that is pure overhead, paid on every request and every `/v1` stream start (a pro
 thread hand-offs as ~40 % of the server's CPU per one-token request). So each is subclassed
 to run inline in async mode; the two whose response hook may write to the database
 (sessions, messages) go to a thread only when they have something to write. Django's
-security, CSRF and X-Frame-Options middleware keep their own names (and their hand-offs):
-`check --deploy` looks for those names, and without them skips its HTTPS and HSTS checks.
+security, CSRF and X-Frame-Options middleware keep their own names in settings.MIDDLEWARE
+(`check --deploy` looks for those names, and without them skips its HTTPS and HSTS checks);
+the server's ASGIHandler below runs subclasses of them on the loop in their place.
 """
 
+from unittest import mock
+
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
+from django.conf import settings
 from django.contrib.auth import middleware as auth
 from django.contrib.messages import middleware as messages
 from django.contrib.sessions import middleware as sessions
-from django.middleware import common
+from django.core.handlers import asgi, base
+from django.middleware import clickjacking, common, csrf, security
 from django.utils.cache import patch_cache_control
 from django.utils.deprecation import MiddlewareMixin
+from django.utils.module_loading import import_string
 from whitenoise.middleware import WhiteNoiseMiddleware
 
 POLICY = "; ".join(
@@ -130,3 +136,58 @@ class NoStoreMiddleware(OnTheLoop, MiddlewareMixin):
         if response.get("Content-Type", "").startswith(PRIVATE_TYPES) or request.path.startswith(PRIVATE_PATHS):
             patch_cache_control(response, no_store=True)
         return response
+
+
+# --- Django's security, CSRF and X-Frame-Options middleware on the loop, under their own names ---
+
+
+class SecurityMiddleware(OnTheLoop, security.SecurityMiddleware):
+    pass
+
+
+class XFrameOptionsMiddleware(OnTheLoop, clickjacking.XFrameOptionsMiddleware):
+    pass
+
+
+class CsrfViewMiddleware(OnTheLoop, csrf.CsrfViewMiddleware):
+    """CSRF's checks inline, but a form's token read from an unsafe request's body in a thread (it may be an upload)."""
+
+    def __init__(self, get_response) -> None:
+        super().__init__(get_response)
+        if self.async_mode:
+            check = super().process_view
+
+            async def process_view(request, view, args, kwargs):
+                if request.method in ("GET", "HEAD", "OPTIONS", "TRACE") or getattr(view, "csrf_exempt", False):
+                    return check(request, view, args, kwargs)
+                return await sync_to_async(check)(request, view, args, kwargs)
+
+            self.process_view = process_view
+
+
+# settings.MIDDLEWARE keeps Django's names (`check --deploy` looks for them); the server runs these.
+ON_THE_LOOP = {
+    "django.middleware.security.SecurityMiddleware": SecurityMiddleware,
+    "django.middleware.csrf.CsrfViewMiddleware": CsrfViewMiddleware,
+    "django.middleware.clickjacking.XFrameOptionsMiddleware": XFrameOptionsMiddleware,
+}
+
+
+class ASGIHandler(asgi.ASGIHandler):
+    """Django's ASGI handler with Django's security, CSRF and X-Frame-Options middleware run on the event loop.
+
+    Each of them sent every hook to a thread and back: six hand-offs per request, a few
+    milliseconds of a `/v1` stream's start. Their hooks do no I/O (CSRF's token is in a
+    cookie: CSRF_USE_SESSIONS is off), so they run inline like the others above.
+    """
+
+    def load_middleware(self, is_async: bool = False) -> None:
+        if not is_async or settings.CSRF_USE_SESSIONS:
+            return super().load_middleware(is_async)
+
+        def resolve(path: str):
+            return ON_THE_LOOP.get(path) or import_string(path)
+
+        # load_middleware imports each entry of settings.MIDDLEWARE by name: only the three change.
+        with mock.patch.object(base, "import_string", resolve):
+            super().load_middleware(is_async)

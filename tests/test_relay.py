@@ -47,7 +47,7 @@ async def collect(stream, *, forward_usage=True, heartbeat=5.0, on_keep_alive=No
     relay = Relay(stream, StreamState(started_at=0.0), forward_usage=forward_usage, heartbeat=heartbeat)
     out = []
     async for data in relay:
-        out.append(data)
+        out += data_events(data)  # one write may carry several events (those already waiting)
         if data == KEEP_ALIVE and on_keep_alive:
             on_keep_alive()
     return relay, out
@@ -84,6 +84,15 @@ async def test_upstream_comments_are_forwarded():
     assert out[1] == b": api14 PROCESSING\n\n"
 
 
+async def test_events_already_waiting_go_out_in_one_write():
+    events = data_events(I14_STREAM)
+    relay = Relay(ScriptedStream(I14_STREAM), StreamState(started_at=0.0), forward_usage=True, heartbeat=5.0)
+    writes = [data async for data in relay]
+    # The scripted upstream queues every event at once: fewer writes than events, the same bytes.
+    assert writes[0] == OPENING and 1 < len(writes) < len(events) + 1
+    assert b"".join(writes[1:]) == b"".join(events)
+
+
 async def test_error_chunk_without_done_gets_done():
     body = API14_STREAM.split(b"data: [DONE]")[0].rsplit(b"data:", 1)[0]
     error_chunk = b'data: { "error": { "code": 502, "message": "Provider disconnected" }, "choices": [{ "delta": { "content": "" }, "finish_reason": "error" }] }\n\n'  # noqa: E501
@@ -101,7 +110,7 @@ async def test_an_upstream_cut_ends_with_an_error_event_and_done():
     body = I14_STREAM.split(b"\n\n")[0] + b"\n\n"
     stream = ScriptedStream(body, fail=UpstreamError("cut", "the upstream connection ended mid-stream"))
     relay, out = await collect(stream)
-    error_event, done = data_events(out[-1])
+    error_event, done = out[-2:]
     assert orjson.loads(error_event.removeprefix(b"data: "))["error"]["code"] == "upstream_interrupted"
     assert done == DONE_EVENT
     assert relay.status == "interrupted" and stream.closed
@@ -110,7 +119,7 @@ async def test_an_upstream_cut_ends_with_an_error_event_and_done():
 async def test_a_clean_end_mid_answer_is_interrupted():
     body = b"".join(data_events(I14_STREAM)[:3])
     relay, out = await collect(ScriptedStream(body))
-    assert b"upstream_interrupted" in out[-1] and out[-1].endswith(DONE_EVENT) and relay.status == "interrupted"
+    assert b"upstream_interrupted" in out[-2] and out[-1] == DONE_EVENT and relay.status == "interrupted"
 
 
 async def test_a_finished_stream_without_done_just_gets_done():
@@ -130,23 +139,23 @@ async def test_several_unreadable_events_end_the_stream_with_an_error_event():
     events = data_events(API14_STREAM)
     body = events[0] + b"data: {oops\n\n" + b"data: [1, 2\n\n" + events[1] + b"data: nope\n\n" + events[2]
     relay, out = await collect(ScriptedStream(body))
-    assert out[1:3] == events[:2] and out[-1].endswith(DONE_EVENT)
-    error = orjson.loads(out[-1].removesuffix(DONE_EVENT).removeprefix(b"data: "))["error"]
+    assert out[1:3] == events[:2] and out[-1] == DONE_EVENT
+    error = orjson.loads(out[-2].removeprefix(b"data: "))["error"]
     assert error["code"] == "upstream_malformed" and error["message"] == (
         "upstream protocol: the upstream sent 3 events that are not valid JSON"
     )
     assert relay.status == "failed" and relay.malformed == 3 and relay.state.text == "Hello!"
-    assert b"b'" not in out[-1]  # a sentence, no Python repr
+    assert b"b'" not in out[-2]  # a sentence, no Python repr
 
 
 async def test_a_reply_past_its_cap_is_ended_with_an_error_and_metered_failed():
     relay = Relay(ScriptedStream(API14_STREAM), StreamState(started_at=0.0, max_reply=4), forward_usage=True,
                   heartbeat=5)  # fmt: skip
-    out = [data async for data in relay]
+    out = [event async for data in relay for event in data_events(data)]
     assert out[1:3] == data_events(API14_STREAM)[:2]  # "Hel", then "lo!" crosses the cap
-    error = orjson.loads(out[-1].removesuffix(DONE_EVENT).removeprefix(b"data: "))["error"]
+    error = orjson.loads(out[-2].removeprefix(b"data: "))["error"]
     assert error["code"] == "reply_too_large" and "limit of 4 bytes" in error["message"]
-    assert relay.status == "failed" and relay.state.text == "Hell" and len(out) == 4
+    assert relay.status == "failed" and relay.state.text == "Hell" and len(out) == 5 and out[-1] == DONE_EVENT
 
 
 async def test_an_upstream_error_event_has_the_key_scrubbed():
@@ -195,11 +204,11 @@ async def test_interrupt_ends_a_waiting_stream_with_a_shutdown_error_and_done():
     relay = Relay(stream, StreamState(started_at=0.0), forward_usage=True, heartbeat=5.0)
     out = []
     async for data in relay:
-        out.append(data)
+        out += data_events(data)
         if len(out) == 4:  # the opening comment and three events; the upstream now holds
             asyncio.get_running_loop().call_later(0.05, relay.interrupt, "The server stopped.")
     assert out[:4] == [OPENING, *data_events(I14_STREAM)[:3]]
-    error = orjson.loads(out[-1].split(b"\n\n")[0][len(b"data: ") :])["error"]
+    error = orjson.loads(out[-2][len(b"data: ") :])["error"]
     assert error == {"message": "The server stopped.", "type": "server_error", "code": "server_shutdown"}
-    assert out[-1].endswith(DONE_EVENT) and stream.closed
+    assert out[-1] == DONE_EVENT and stream.closed
     assert relay.status == "interrupted" and relay.error == "The server stopped."

@@ -15,7 +15,7 @@
 """
 
 from ..budgets import Budget, Limit, Price, Spent, budget_for, month_start, price_unpriced, priced, spent
-from .access import Access, GroupDefaults, ModelAccess, access_for
+from .access import Access, GroupDefaults, ModelAccess, access_for, access_of
 from .attachments import Attachment, AttachmentQuerySet
 from .base import ChatError, Status, fit
 from .conversations import (
@@ -84,6 +84,7 @@ __all__ = [
     "Worker",
     "WorkerQuerySet",
     "access_for",
+    "access_of",
     "begin_turn",
     "budget_for",
     "client",

@@ -1,0 +1,41 @@
+"""The middleware chain runs on the event loop (chatsite/middleware.py), and still does its work there."""
+
+import httpx
+import pytest
+from django.utils.deprecation import MiddlewareMixin
+
+from chatsite.middleware import ASGIHandler, OnTheLoop
+
+
+def chain_of(handler) -> list:
+    """The middleware instances of a loaded handler, outermost first."""
+    found, step = [], handler._middleware_chain
+    while (middleware := getattr(step, "__wrapped__", None)) is not None and middleware is not step:
+        found.append(middleware)
+        step = getattr(middleware, "get_response", None)
+    return found
+
+
+def test_no_middleware_sends_a_request_to_a_thread():
+    chain = chain_of(ASGIHandler())
+    names = [type(m).__name__ for m in chain]
+    assert {"SecurityMiddleware", "CsrfViewMiddleware", "XFrameOptionsMiddleware"} <= set(names)
+    for middleware in chain:
+        hooks = any(hasattr(middleware, hook) for hook in ("process_request", "process_response"))
+        if isinstance(middleware, MiddlewareMixin) and hooks:
+            # MiddlewareMixin's own __acall__ runs each hook through sync_to_async.
+            assert isinstance(middleware, OnTheLoop), f"{type(middleware)} hops to a thread"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_on_the_loop_the_server_still_sends_its_headers_and_checks_csrf(server):
+    with httpx.Client(base_url=server.url) as browser:
+        page = browser.get("/accounts/login/")
+        assert page.headers["x-frame-options"] == "DENY"
+        assert page.headers["x-content-type-options"] == "nosniff"
+        assert page.headers["referrer-policy"] == "same-origin"
+        assert "csrftoken" in browser.cookies
+        form = {"username": "nobody", "password": "wrong"}
+        assert browser.post("/accounts/login/", data=form).status_code == 403  # no token
+        form["csrfmiddlewaretoken"] = browser.cookies["csrftoken"]
+        assert browser.post("/accounts/login/", data=form).status_code == 200  # the form again, with its error
