@@ -9,6 +9,7 @@
 - rollups: the usage rows' daily sums, kept by triggers (chat/rollup.py), for the dashboard
 - workers: one lease per serving process
 - attachments: uploaded files, sent with a message
+- folders: a person's folders of conversations (pin and archive are fields of Conversation)
 - reviews: reads of a conversation by someone other than its owner
 - chat/budgets.py: prices and monthly budgets (their models are re-exported here too)
 """
@@ -18,6 +19,7 @@ from .access import Access, GroupDefaults, ModelAccess, access_for
 from .attachments import Attachment, AttachmentQuerySet
 from .base import ChatError, Status, fit
 from .conversations import Conversation, ConversationQuerySet, Message, MessageQuerySet, Turn, begin_turn
+from .folders import Folder, FolderQuerySet
 from .invites import Invite, InviteQuerySet
 from .providers import (
     DEMO_MODEL,
@@ -53,6 +55,8 @@ __all__ = [
     "ConversationQuerySet",
     "ConversationRead",
     "ConversationReadQuerySet",
+    "Folder",
+    "FolderQuerySet",
     "GroupDefaults",
     "Invite",
     "InviteQuerySet",
