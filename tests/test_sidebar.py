@@ -253,6 +253,11 @@ def test_infinite_scroll_reaches_the_oldest_of_2000_conversations(new_page, alic
     expect(rows).to_have_count(2000)
     ids = rows.evaluate_all("items => items.map((li) => li.dataset.conversationId)")
     assert len(set(ids)) == 2000  # nothing twice
+    # A redraw (here after pinning the oldest) loads back as many rows as were shown: the place is kept.
+    oldest = Conversation.objects.get(title="Chat number 1999")
+    menu_action(page, oldest, "Pin")
+    expect(page.locator(".pinned-section li")).to_have_text(["Chat number 1999"])
+    expect(page.locator(".date-groups li")).to_have_count(1999)
     # Search runs on the server across all of them, not only the ones loaded.
     page.get_by_label("Search conversations").fill("number 1998")
     expect(rows).to_have_text(["Chat number 1998"])

@@ -75,6 +75,8 @@ export class Sidebar {
     this.openFolders = new Set(JSON.parse(localStorage.getItem(OPEN_FOLDERS) || "[]"));
     this.archived = false; // showing the archived ones instead
     this.next = null; // the cursor of the list's next page
+    this.shownParams = null; // what the list shows (search, archived), to tell a redraw from another list
+    this.keep = 0; // rows a redraw loads back, as many as were shown
     this.request = null;
     this.more = null; // the next page's request
     this.debounce = 0;
@@ -155,8 +157,13 @@ export class Sidebar {
     const request = new AbortController();
     this.request = this.refreshing = request;
     const params = this.params();
-    const shown = this.groupsBox.querySelectorAll("li").length;
-    params.set("limit", String(Math.min(MAX_PAGE, Math.max(PAGE, shown))));
+    // The same list redrawn (after an answer, a rename) keeps as many rows as it showed, so the
+    // reader's place stays; another search or view starts at the top.
+    const same = params.toString() === this.shownParams;
+    this.shownParams = params.toString();
+    this.keep = same ? this.groupsBox.querySelectorAll("li").length : 0;
+    if (!same) this.nav.scrollTop = 0;
+    params.set("limit", String(Math.min(MAX_PAGE, Math.max(PAGE, this.keep))));
     try {
       const data = await api(`/api/conversations?${params}`, { signal: request.signal });
       if (this.request === request) this.render(data, params.get("q") || "");
@@ -264,11 +271,15 @@ export class Sidebar {
     this.checkMore();
   }
 
-  /** A page that did not fill the list leaves the end in sight: the observer sees no change, so ask here. */
+  /**
+   * A page that did not fill the list leaves the end in sight: the observer sees no change, so ask
+   * here; and a redraw loads pages until the list is as long as before.
+   */
   checkMore() {
     if (!this.next) return;
     const end = this.sentinel.getBoundingClientRect().top;
-    if (end < this.nav.getBoundingClientRect().bottom + 400 && this.nav.offsetParent !== null) this.loadMore();
+    const near = end < this.nav.getBoundingClientRect().bottom + 400 && this.nav.offsetParent !== null;
+    if (near || this.groupsBox.querySelectorAll("li").length < this.keep) this.loadMore();
   }
 
   row(conversation) {
