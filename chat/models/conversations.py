@@ -51,7 +51,8 @@ class ConversationQuerySet(models.QuerySet):
 
     def page_after(self, updated, pk: int):
         """The conversations after (older than) the row (updated, pk), in the order newest first."""
-        return self.filter(Q(updated__lt=updated) | Q(updated=updated, pk__lt=pk))
+        # `updated <= …` alone bounds an index range scan; the OR then only breaks the tie.
+        return self.filter(Q(updated__lt=updated) | Q(updated=updated, pk__lt=pk), updated__lte=updated)
 
     def newest_first(self):
         return self.order_by("-updated", "-pk")
