@@ -63,6 +63,7 @@ def test_pin_by_keyboard_puts_a_conversation_on_top_and_unpin_puts_it_back(new_p
     expect(pinned.get_by_role("heading", name="Pinned")).to_be_visible()
     expect(pinned.locator("li")).to_have_text(["Older plan"])
     expect(nav.locator("li").first).to_have_text("Older plan")  # on top of the newer one
+    expect(row(page, older).get_by_role("button", name=re.compile("^More actions"))).to_be_focused()  # not lost
     older.refresh_from_db()
     assert older.pinned
     page.reload()

@@ -130,7 +130,7 @@ export class RowMenu {
       entry.textContent = item.label;
       entry.dataset.menuAction = item.action;
       entry.addEventListener("click", () => {
-        this.close(false);
+        this.close(); // the focus back on the row's button: the redraw after the change keeps it there
         item.run();
       });
       menu.append(entry);
