@@ -249,7 +249,7 @@ def test_infinite_scroll_reaches_the_oldest_of_2000_conversations(new_page, alic
             return links.some((a) => a.title === "Chat number 1999");
         }""",
         polling=100,
-        timeout=90_000,
+        timeout=180_000,  # 20 pages; a loaded machine answers slowly
     )
     expect(rows).to_have_count(2000)
     ids = rows.evaluate_all("items => items.map((li) => li.dataset.conversationId)")

@@ -1,7 +1,7 @@
 // Organising the sidebar: a conversation's menu (pin, archive, move to a folder), the folders'
 // headings and dialogs, and drag and drop onto a folder. The list itself is sidebar.js.
 import { api } from "./api.js";
-import { t } from "./i18n.js";
+import { nt, t } from "./i18n.js";
 import { iconButton } from "./icons.js";
 
 // Drag data of our own type: a link dragged in from elsewhere is not a conversation.
@@ -94,7 +94,13 @@ export async function askFolder(title, folders, current) {
   const none = new Option(t("No folder"), "");
   select.append(none, ...folders.map((folder) => new Option(folder.name, String(folder.id))));
   select.value = current === null || current === undefined ? "" : String(current);
-  const box = dialog(t("Move to folder"), () => [label, select], t("Move"));
+  const parts = [label, select];
+  if (!folders.length) {
+    const hint = document.createElement("p");
+    hint.textContent = t("No folders yet: make one with the folder button beside the search box.");
+    parts.push(hint);
+  }
+  const box = dialog(t("Move to folder"), () => parts, t("Move"));
   box.classList.add("move-dialog");
   return (await run(box, select)) ? select.value : undefined;
 }
@@ -212,7 +218,10 @@ export function folderBlock(folder, open) {
   const count = document.createElement("span");
   count.className = "folder-count";
   count.textContent = folder.count ? String(folder.count) : "";
-  toggle.append(name, count);
+  const counted = document.createElement("span");
+  counted.className = "visually-hidden";
+  counted.textContent = nt("(%(count)s conversation)", "(%(count)s conversations)", folder.count || 0);
+  toggle.append(name, count, counted);
   const actions = document.createElement("span");
   actions.className = "conversation-actions folder-actions";
   actions.append(

@@ -17,7 +17,8 @@ import { t } from "./i18n.js";
 import { iconButton } from "./icons.js";
 
 const SEARCH_DEBOUNCE_MS = 250;
-const PAGE = 50; // rows per page; a refresh reloads as many as were shown, up to the API's 200
+const PAGE = 50; // rows of the first page; a refresh reloads as many as were shown, up to the API's 200
+const MORE = 100; // rows of each next page: fewer round trips for a reader scrolling fast
 const MAX_PAGE = 200;
 const OPEN_FOLDERS = "chat.openFolders";
 // Cancel is a plain button, not the form's first submit button: Enter in a field submits with confirm.
@@ -256,6 +257,7 @@ export class Sidebar {
     this.more = more;
     const params = this.params();
     params.set("cursor", this.next);
+    params.set("limit", String(MORE));
     try {
       const data = await api(`/api/conversations?${params}`, { signal: more.signal });
       if (this.more !== more) return;
