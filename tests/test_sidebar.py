@@ -91,6 +91,7 @@ def test_archive_hides_a_conversation_search_still_finds_it_and_restore_brings_i
     expect(toggle).to_have_attribute("aria-pressed", "true")
     expect(page.get_by_role("heading", name="Archived conversations")).to_be_visible()
     expect(nav.locator("li")).to_have_text(["Old trip"])
+    assert violations(page) == []
     menu_action(page, old, "Restore")
     expect(page.locator("#list-empty")).to_have_text("No archived conversations.")
     page.get_by_role("button", name="Back to all conversations").click()
