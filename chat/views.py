@@ -144,6 +144,8 @@ def conversation(request, conversation_id: int):
 
 
 def update(conversation: Conversation, body: dict) -> None:
+    from .organise import update as organising_fields  # pinned, archived, folder (it imports this module)
+
     fields = []
     if "title" in body:
         title = body["title"]
@@ -159,9 +161,7 @@ def update(conversation: Conversation, body: dict) -> None:
     if "params" in body:
         conversation.merge_params(parse_params(body["params"]))
         fields.append("params")
-    from .organise import update as organise  # pinned, archived, folder
-
-    fields += organise(conversation, body)
+    fields += organising_fields(conversation, body)
     if not fields:
         raise ChatError("bad_field", "Nothing to change: send title, system_prompt, params, pinned, archived, folder.")
     conversation.save(update_fields=fields)
