@@ -293,7 +293,7 @@ export class Sidebar {
     item.classList.toggle("archived", Boolean(conversation.archived));
     const link = document.createElement("a");
     link.href = `/c/${conversation.id}/`;
-    const title = conversation.title || "New chat";
+    const title = conversation.title || t("New chat");
     link.textContent = title;
     link.title = title;
     link.draggable = false; // the row is dragged, not the link's URL
@@ -309,7 +309,11 @@ export class Sidebar {
     const more = iconButton("more", t("More actions for “%(title)s”", { title }), 15);
     more.setAttribute("aria-haspopup", "menu");
     more.setAttribute("aria-expanded", "false");
-    actions.append(iconButton("rename", `Rename “${title}”`, 15), iconButton("delete", `Delete “${title}”`, 15), more);
+    actions.append(
+      iconButton("rename", t("Rename “%(title)s”", { title }), 15),
+      iconButton("delete", t("Delete “%(title)s”", { title }), 15),
+      more,
+    );
     item.append(link, actions);
     return item;
   }
@@ -364,7 +368,7 @@ export class Sidebar {
       return;
     }
     const summary = this.items.get(id);
-    const title = summary?.title || "New chat";
+    const title = summary?.title || t("New chat");
     if (button.dataset.action === "more") {
       if (button.getAttribute("aria-expanded") === "true") return this.menu.close();
       this.menu.open(button, menuItems(summary, {
@@ -452,7 +456,7 @@ export class Sidebar {
 
   /** The keyboard's way to file a conversation: a dialog with the folders to pick from. */
   async move(summary) {
-    const chosen = await askFolder(summary.title || "New chat", this.folders, summary.folder);
+    const chosen = await askFolder(summary.title || t("New chat"), this.folders, summary.folder);
     if (chosen === undefined) return;
     await this.organise(summary.id, chosen ? { folder: Number(chosen), pinned: false } : { folder: null });
   }
@@ -473,7 +477,7 @@ export class Sidebar {
       this.handlers.renamed(id, data.title);
       await this.refresh();
     } catch (error) {
-      this.handlers.error(`Could not rename: ${error.message}`);
+      this.handlers.error(t("Could not rename: %(error)s", { error: error.message }));
     }
   }
 
@@ -485,7 +489,7 @@ export class Sidebar {
       this.handlers.deleted(id);
       await this.refresh();
     } catch (error) {
-      this.handlers.error(`Could not delete: ${error.message}`);
+      this.handlers.error(t("Could not delete: %(error)s", { error: error.message }));
     }
   }
 }
