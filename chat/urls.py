@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from . import api, attachment_views, dashboard_views, diagram_views, invites, views
+from . import api, attachment_views, dashboard_views, diagram_views, invites, organise, views
 from .accounts import sign_in_view
 
 urlpatterns = [
@@ -37,6 +37,9 @@ urlpatterns = [
     path("api/conversations/<int:conversation_id>", views.conversation, name="conversation-detail"),
     path("settings/", views.settings_page, name="settings"),
     path("settings/tokens/", views.tokens, name="tokens"),
+    path("settings/delete-conversations/", organise.delete_all, name="delete-conversations"),
+    path("api/folders", organise.folders, name="folders"),
+    path("api/folders/<int:folder_id>", organise.folder, name="folder"),
     path("docs/api/", views.api_guide, name="api-guide"),
     path("diagram-frame/", diagram_views.diagram_frame, name="diagram-frame"),
     path("usage/", dashboard_views.usage, name="usage"),

@@ -111,10 +111,10 @@ async def models_list(request):
 @require_GET
 @api
 def conversations(request):
-    """The user's conversations, newest first; `q` searches titles and message text."""
-    query = request.GET.get("q", "").strip()[:200]
-    rows = Conversation.objects.owned_by(request.user).search(query).values("id", "title", "model", "updated")[:500]
-    return JsonResponse({"conversations": [summary(row) for row in rows]})
+    """The user's conversations a page at a time, newest first; `q` searches titles and message text."""
+    from .organise import page  # it imports this module's api decorator
+
+    return JsonResponse(page(request.user, request.GET))
 
 
 @never_cache
@@ -123,10 +123,6 @@ def conversations(request):
 def budget(request):
     """The signed-in person's month so far: budget, spent (with running reservations) and remaining."""
     return JsonResponse(budgets.summary(request.user))
-
-
-def summary(row: dict) -> dict:
-    return {**row, "updated": row["updated"].isoformat()}
 
 
 @require_http_methods(["GET", "PATCH", "DELETE"])
@@ -148,6 +144,8 @@ def conversation(request, conversation_id: int):
 
 
 def update(conversation: Conversation, body: dict) -> None:
+    from .organise import update as organising_fields  # pinned, archived, folder (it imports this module)
+
     fields = []
     if "title" in body:
         title = body["title"]
@@ -163,8 +161,9 @@ def update(conversation: Conversation, body: dict) -> None:
     if "params" in body:
         conversation.merge_params(parse_params(body["params"]))
         fields.append("params")
+    fields += organising_fields(conversation, body)
     if not fields:
-        raise ChatError("bad_field", "Nothing to change: send title, system_prompt or params.")
+        raise ChatError("bad_field", "Nothing to change: send title, system_prompt, params, pinned, archived, folder.")
     conversation.save(update_fields=fields)
 
 
@@ -181,6 +180,9 @@ def detail(conversation: Conversation) -> dict:
         "system_prompt": conversation.system_prompt,
         "params": conversation.params,
         "updated": conversation.updated.isoformat(),
+        "pinned": conversation.pinned,
+        "archived": conversation.archived,
+        "folder": conversation.folder_id,
         "streaming": streaming,
         "messages": [{**message_json(m), **branch_json(m, siblings)} for m in messages],
         "current": conversation.current_id,

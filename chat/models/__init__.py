@@ -10,6 +10,7 @@
 - rollups: the usage rows' daily sums, kept by triggers (chat/rollup.py), for the dashboard
 - workers: one lease per serving process
 - attachments: uploaded files, sent with a message
+- folders: a person's folders of conversations (pin and archive are fields of Conversation)
 - reviews: reads of a conversation by someone other than its owner
 - chat/budgets.py: prices and monthly budgets (their models are re-exported here too)
 """
@@ -27,6 +28,7 @@ from .conversations import (
     Turn,
     begin_turn,
 )
+from .folders import Folder, FolderQuerySet
 from .invites import Invite, InviteQuerySet
 from .providers import (
     DEMO_MODEL,
@@ -63,6 +65,8 @@ __all__ = [
     "ConversationQuerySet",
     "ConversationRead",
     "ConversationReadQuerySet",
+    "Folder",
+    "FolderQuerySet",
     "GroupDefaults",
     "Invite",
     "InviteQuerySet",

@@ -46,6 +46,18 @@ class ConversationQuerySet(models.QuerySet):
         )
         return self.filter(models.Exists(bad)) if failed else self.exclude(models.Exists(bad))
 
+    def listed(self):
+        """What the sidebar lists under its date groups: neither archived, pinned nor in a folder."""
+        return self.filter(archived=False, pinned=False, folder__isnull=True)
+
+    def page_after(self, updated, pk: int):
+        """The conversations after (older than) the row (updated, pk), in the order newest first."""
+        # `updated <= …` alone bounds an index range scan; the OR then only breaks the tie.
+        return self.filter(Q(updated__lt=updated) | Q(updated=updated, pk__lt=pk), updated__lte=updated)
+
+    def newest_first(self):
+        return self.order_by("-updated", "-pk")
+
     def search(self, query: str):
         """Conversations whose title or any message contains the query."""
         if not query:
@@ -84,12 +96,23 @@ class Conversation(models.Model):
         "Message", null=True, blank=True, on_delete=models.SET_NULL, related_name="+",
         help_text="The last message of the branch shown.",
     )  # fmt: skip
+    # Organising (the sidebar): pinned ones on top, archived ones out of the list but searchable,
+    # a folder of the owner's (deleting it leaves its conversations unfiled).
+    pinned = models.BooleanField(default=False)
+    archived = models.BooleanField(default=False)
+    folder = models.ForeignKey(
+        "chat.Folder", null=True, blank=True, on_delete=models.SET_NULL, related_name="conversations"
+    )
 
     objects = ConversationQuerySet.as_manager()
 
     class Meta:
         ordering = ["-updated"]
-        indexes = [models.Index(fields=["owner", "-updated"])]
+        indexes = [
+            models.Index(fields=["owner", "-updated"]),
+            # The sidebar's pages: one owner's listed conversations, newest first (chat/organise.py).
+            models.Index(fields=["owner", "archived", "pinned", "folder", "-updated", "-id"], name="chat_conv_sidebar"),
+        ]
 
     def __str__(self) -> str:
         return self.title or f"Conversation {self.pk}"

@@ -9,6 +9,9 @@ const PATHS = {
     `<path ${STROKE} d="M16 8V6a2 2 0 0 0-2-2H6a2 2 0 0 0-2 2v8a2 2 0 0 0 2 2h2"/>`,
   rename: `<path ${STROKE} d="M4 20h4L19 9l-4-4L4 16v4Z"/>`,
   delete: `<path ${STROKE} d="M4 7h16M10 11v6M14 11v6M6 7l1 13h10l1-13M9 7V4h6v3"/>`,
+  more: [5, 12, 19].map((x) => `<circle cx="${x}" cy="12" r="1.6" fill="currentColor"/>`).join(""),
+  "new-folder": `<path ${STROKE} d="M3 7a2 2 0 0 1 2-2h4l2 2h8a2 2 0 0 1 2 2v8a2 2 0 0 1-2 2H5a2 2 0 0 1-2-2V7ZM12 10v6M9 13h6"/>`,
+  archive: `<path ${STROKE} d="M3 4h18v4H3zM5 8v11h14V8M10 12h4"/>`,
 };
 
 /** An icon-only button: the label is its accessible name and its tooltip. */
