@@ -1,0 +1,312 @@
+"""Conversations out and in: JSON (the whole tree, usage per answer), Markdown (the branch shown), and import."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+from django.utils.translation import gettext as _
+
+from .consumers import parse_params
+from .models import ChatError, Conversation, Message
+from .params import MAX_SYSTEM_PROMPT
+
+FORMAT = "team-chat/conversations"
+VERSION = 1
+MAX_TITLE = 200
+MAX_FIELD = 100  # the short text fields of a message: model, finish_reason
+STATUSES = {choice.value for choice in Message.Status if choice != Message.Status.STREAMING}
+USAGE_FIELDS = {
+    "prompt_tokens", "completion_tokens", "reasoning_tokens", "total_tokens", "cost", "ttft_ms", "duration_ms",
+    "tokens_per_second", "estimated",
+}  # fmt: skip
+
+
+# --- out -----------------------------------------------------------------------
+
+
+def message_json(message: Message) -> dict:
+    """One message as exported: its parent by id, its usage (metered, or as imported), attachments by name."""
+    usage = getattr(message, "usage", None)
+    metered = usage.as_frame() if usage is not None and message.status != Message.Status.STREAMING else None
+    return {
+        "id": message.pk,
+        "parent": message.parent_id,
+        "role": message.role,
+        "content": message.content,
+        "reasoning": message.reasoning,
+        "thinking_ms": message.thinking_ms,
+        "tool_calls": message.tool_calls or None,
+        "status": message.status,
+        "finish_reason": message.finish_reason,
+        "error": message.error,
+        "model": message.model,
+        "created": message.created.isoformat(),
+        "usage": metered or message.imported_usage,
+        "attachments": [
+            {"name": a.name, "kind": a.kind, "size": a.size, "tokens": a.tokens} for a in message.attachments.all()
+        ],
+    }
+
+
+def _messages(conversation: Conversation, ids: list[int] | None = None):
+    messages = conversation.messages.select_related("usage").prefetch_related("attachments")
+    return messages.filter(pk__in=ids) if ids is not None else messages
+
+
+def _head(conversation: Conversation) -> dict:
+    return {
+        "title": conversation.title,
+        "model": conversation.model,
+        "system_prompt": conversation.system_prompt,
+        "params": conversation.params,
+        "created": conversation.created.isoformat(),
+        "updated": conversation.updated.isoformat(),
+    }
+
+
+def tree_json(conversation: Conversation) -> dict:
+    """The whole conversation: every message of every branch, and `current`, the end of the branch shown."""
+    messages = [message_json(m) for m in _messages(conversation)]
+    return {**_head(conversation), "current": conversation.current_id, "messages": messages}
+
+
+def path_json(conversation: Conversation) -> dict:
+    """Only the branch shown, root first (a share, the Markdown export)."""
+    ids = conversation.path_ids()
+    found = {m.pk: m for m in _messages(conversation, ids)}
+    messages = [message_json(found[pk]) for pk in ids]
+    return {**_head(conversation), "current": conversation.current_id, "messages": messages}
+
+
+def export_json(conversations) -> dict:
+    return {"format": FORMAT, "version": VERSION, "exported": timezone.now().isoformat(),
+            "conversations": [tree_json(c) for c in conversations]}  # fmt: skip
+
+
+def markdown(conversation: Conversation) -> str:
+    """The branch shown as Markdown: the title, then each message under its speaker; reasoning folded."""
+    shown = path_json(conversation)
+    lines = [f"# {shown['title'] or _('Conversation')}", ""]
+    if shown["system_prompt"]:
+        lines += [f"> **{_('System prompt')}:** " + shown["system_prompt"].replace("\n", "\n> "), ""]
+    for message in shown["messages"]:
+        who = _("You") if message["role"] == Message.Role.USER else (message["model"] or _("Assistant"))
+        lines += [f"## {who}", ""]
+        if message["attachments"]:
+            names = ", ".join(a["name"] for a in message["attachments"])
+            lines += [f"*{_('Attached')}: {names}*", ""]
+        if message["reasoning"]:
+            lines += [f"<details><summary>{_('Reasoning')}</summary>", "", message["reasoning"], "", "</details>", ""]
+        lines += [message["content"], ""]
+        if message["error"]:
+            lines += [f"*{message['status']}: {message['error']}*", ""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def markdown_all(conversations) -> str:
+    return "\n---\n\n".join(markdown(c) for c in conversations)
+
+
+# --- in ------------------------------------------------------------------------
+
+
+def bad(detail: str) -> ChatError:
+    return ChatError("bad_import", detail)
+
+
+def _text(value, where: str, limit: int | None = None, *, required: bool = False) -> str:
+    if value is None and not required:
+        return ""
+    if not isinstance(value, str):
+        raise bad(_("%(where)s must be text.") % {"where": where})
+    if limit is not None and len(value) > limit:
+        raise bad(_("%(where)s is longer than %(limit)s characters.") % {"where": where, "limit": limit})
+    return value
+
+
+def _usage(value, where: str) -> dict | None:
+    """Usage is informational: only its known numeric fields are kept."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise bad(_("%(where)s: usage must be an object.") % {"where": where})
+    kept = {}
+    for name in USAGE_FIELDS & value.keys():
+        field = value[name]
+        wrong = isinstance(field, bool) != (name == "estimated") or not isinstance(field, int | float)
+        if field is not None and wrong:
+            raise bad(_("%(where)s: usage.%(name)s must be a number.") % {"where": where, "name": name})
+        kept[name] = field
+    return kept
+
+
+def _when(value) -> datetime | None:
+    parsed = parse_datetime(value) if isinstance(value, str) else None
+    return parsed if parsed is None or timezone.is_aware(parsed) else timezone.make_aware(parsed)
+
+
+def parse(raw: bytes) -> list[dict]:
+    """The conversations in an export (one conversation or all), checked; ChatError `bad_import` says what is wrong."""
+    import json
+
+    if len(raw) > settings.CHAT_IMPORT_MAX_BYTES:
+        raise ChatError("too_large", too_large_text())
+    try:
+        data = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        raise bad(_("The file is not JSON: choose a .json file exported from this chat.")) from None
+    if not isinstance(data, dict):
+        raise bad(_("The file is not an export of this chat."))
+    if "conversations" in data:
+        if data.get("format") != FORMAT:
+            raise bad(_("The file is not an export of this chat."))
+        if not isinstance(data.get("version"), int) or data["version"] > VERSION:
+            raise bad(_("The file comes from a newer version of this chat."))
+        conversations = data["conversations"]
+        if not isinstance(conversations, list):
+            raise bad(_("`conversations` must be a list."))
+    else:
+        conversations = [data]  # one conversation's export
+    if not conversations:
+        raise bad(_("The file holds no conversation."))
+    return [_conversation(c, n) for n, c in enumerate(conversations, 1)]
+
+
+def _conversation(data, number: int) -> dict:
+    where = _("Conversation %(number)s") % {"number": number}
+    if not isinstance(data, dict) or not isinstance(data.get("messages"), list):
+        raise bad(_("%(where)s has no list of messages.") % {"where": where})
+    try:  # remembered params go upstream with the next message: the chat's own checks
+        params = {k: v for k, v in parse_params(data.get("params")).items() if v is not None}
+    except ChatError as exc:
+        raise bad(f"{where}: {exc.detail}") from None
+    messages, seen = [], set()
+    for index, message in enumerate(data["messages"], 1):
+        at = _("%(where)s, message %(index)s") % {"where": where, "index": index}
+        messages.append(_message(message, at, seen))
+        seen.add(messages[-1]["id"])
+    parent_of = {m["id"]: m["parent"] for m in messages}
+    for message in messages:
+        if message["parent"] is not None and message["parent"] not in parent_of:
+            raise bad(_("%(where)s: a message answers one that is not in the file.") % {"where": where})
+    _refuse_cycles(parent_of, where)
+    current = data.get("current")
+    if current is not None and current not in parent_of:
+        raise bad(_("%(where)s: `current` is not one of its messages.") % {"where": where})
+    return {
+        "title": _text(data.get("title"), where + " title", MAX_TITLE),
+        "model": _text(data.get("model"), where + " model", MAX_FIELD * 3),
+        "system_prompt": _text(data.get("system_prompt"), where + " system prompt", MAX_SYSTEM_PROMPT),
+        "params": params,
+        "created": _when(data.get("created")),
+        "updated": _when(data.get("updated")),
+        "current": current,
+        "messages": messages,
+    }
+
+
+def _message(data, where: str, seen: set) -> dict:
+    if not isinstance(data, dict):
+        raise bad(_("%(where)s is not an object.") % {"where": where})
+    pk, parent = data.get("id"), data.get("parent")
+    if not isinstance(pk, int) or isinstance(pk, bool) or pk in seen:
+        raise bad(_("%(where)s needs an id of its own (a whole number).") % {"where": where})
+    if parent is not None and (not isinstance(parent, int) or isinstance(parent, bool)):
+        raise bad(_("%(where)s: parent must be the id of another message.") % {"where": where})
+    role = data.get("role")
+    if role not in (Message.Role.USER, Message.Role.ASSISTANT):
+        raise bad(_("%(where)s: role must be user or assistant.") % {"where": where})
+    status = data.get("status") or Message.Status.COMPLETE
+    if status not in STATUSES:
+        raise bad(_("%(where)s: unknown status.") % {"where": where})
+    thinking_ms = data.get("thinking_ms")
+    if thinking_ms is not None and not _whole(thinking_ms):
+        raise bad(_("%(where)s: thinking_ms must be a whole number.") % {"where": where})
+    tool_calls = data.get("tool_calls")
+    if tool_calls is not None and not isinstance(tool_calls, list):
+        raise bad(_("%(where)s: tool_calls must be a list.") % {"where": where})
+    limit = settings.CHAT_MAX_REPLY_BYTES
+    return {
+        "id": pk,
+        "parent": parent,
+        "role": role,
+        "content": _text(data.get("content"), where, limit),
+        "reasoning": _text(data.get("reasoning"), where, limit),
+        "thinking_ms": thinking_ms,
+        "tool_calls": tool_calls,
+        "status": status,
+        "finish_reason": _text(data.get("finish_reason"), where, MAX_FIELD)[:30],
+        "error": _text(data.get("error"), where, limit),
+        "model": _text(data.get("model"), where, MAX_FIELD * 3),
+        "created": _when(data.get("created")),
+        "usage": _usage(data.get("usage"), where),
+    }
+
+
+def _whole(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _refuse_cycles(parent_of: dict, where: str) -> None:
+    done: set = set()
+    for start in parent_of:
+        trail: set = set()
+        pk = start
+        while pk is not None and pk not in done:
+            if pk in trail:
+                raise bad(_("%(where)s: its messages answer each other in a loop.") % {"where": where})
+            trail.add(pk)
+            pk = parent_of[pk]
+        done |= trail
+
+
+def too_large_text() -> str:
+    megabytes = settings.CHAT_IMPORT_MAX_BYTES / 1_000_000
+    return _("The file is larger than %(size)s MB, the most this server imports.") % {"size": f"{megabytes:g}"}
+
+
+def import_conversations(user, raw: bytes) -> list[Conversation]:
+    """Store an export's conversations as new ones of `user`: new ids, the tree and the branch shown kept.
+
+    Nothing is metered: an answer's usage is kept as `imported_usage`, informational, never a usage row.
+    """
+    parsed = parse(raw)
+    created = []
+    with transaction.atomic():
+        for data in parsed:
+            conversation = Conversation.objects.create(
+                owner=user, title=data["title"] or Conversation.title_for(_first_text(data)), model=data["model"],
+                system_prompt=data["system_prompt"], params=data["params"], updated=data["updated"] or timezone.now(),
+            )  # fmt: skip
+            new_ids: dict[int, int] = {}
+            # Parents first: a message's parent has its new id before the message is stored.
+            pending = list(data["messages"])
+            while pending:
+                ready = [m for m in pending if m["parent"] is None or m["parent"] in new_ids]
+                rows = Message.objects.bulk_create(Message(
+                    conversation=conversation, parent_id=new_ids.get(m["parent"]), role=m["role"], content=m["content"],
+                    reasoning=m["reasoning"], thinking_ms=m["thinking_ms"], tool_calls=m["tool_calls"],
+                    status=m["status"], finish_reason=m["finish_reason"], error=m["error"], model=m["model"],
+                    imported_usage=m["usage"],
+                ) for m in ready)  # fmt: skip
+                for message, row in zip(ready, rows, strict=True):
+                    new_ids[message["id"]] = row.pk
+                    row.created = message["created"] or row.created
+                Message.objects.bulk_update(rows, ["created"])  # bulk_update keeps it; creating sets now
+                done = {m["id"] for m in ready}
+                pending = [m for m in pending if m["id"] not in done]
+            conversation.current_id = new_ids.get(data["current"])
+            conversation.created = data["created"] or conversation.created
+            Conversation.objects.filter(pk=conversation.pk).update(
+                current_id=conversation.current_id, created=conversation.created
+            )
+            created.append(conversation)
+    return created
+
+
+def _first_text(data: dict) -> str:
+    return next((m["content"] for m in data["messages"] if m["role"] == Message.Role.USER and m["content"]), "")
