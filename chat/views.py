@@ -216,13 +216,16 @@ def message_json(message: Message) -> dict:
 
 # Each section of /settings/ may add a module script here (a path under static/).
 SETTINGS_SCRIPTS: list[str] = []
+SETTINGS_SCRIPTS.append("chat/data.js")  # settings/data.html: export, import, share links
 
 
 @login_required
 @never_cache
 def settings_page(request):
     """The person's settings: defaults for new chats, language, their data (one template per section)."""
-    return render(request, "settings/index.html", {"scripts": SETTINGS_SCRIPTS})
+    limit = settings.CHAT_IMPORT_MAX_BYTES
+    context = {"scripts": SETTINGS_SCRIPTS, "import_max_bytes": limit, "import_max_mb": f"{limit / 1_000_000:g}"}
+    return render(request, "settings/index.html", context)
 
 
 # --- personal API tokens -------------------------------------------------------
