@@ -1,4 +1,5 @@
-// The settings page's "Your data": import a JSON export, and list and revoke the person's share links.
+// The settings page's "Your data": a JSON file of conversations brought back in, and the person's
+// share links, listed and revoked. (See share.js on the words kept out of this comment.)
 import { ApiError, api, setCsrfToken } from "./api.js";
 import { t } from "./i18n.js";
 

@@ -1,6 +1,8 @@
-// Share and export on the chat page: a topbar button opens a dialog to make read-only links to the
-// open conversation (snapshot or live, with or without usage, public where the server allows it),
-// list and revoke them, and download the conversation as Markdown or JSON.
+// The share dialog of the chat page: a topbar button opens it to make read-only links to the open
+// conversation (snapshot or live, with or without usage, public where the server allows it), list
+// and revoke them, and download the conversation as Markdown or JSON.
+// (No word for sending out or bringing in before the module lines: collectstatic's rewriting of
+// module paths matches those words in comments too, and renamed a path twice.)
 import { api } from "./api.js";
 import { t } from "./i18n.js";
 
