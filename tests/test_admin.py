@@ -6,7 +6,7 @@ import pytest
 from django.contrib.auth.models import Permission
 from django.core.exceptions import ValidationError
 
-from chat.models import ApiToken, Conversation, ConversationRead, Message, Provider, Usage
+from chat.models import ApiToken, Conversation, ConversationRead, Message, Provider, Share, Usage
 
 pytestmark = pytest.mark.django_db
 
@@ -329,3 +329,12 @@ def test_the_review_lays_out_the_branch_tree_like_the_chat_and_the_read_is_recor
     assert page.count('class="review-usage"') == 1 and "7 in · 8 out" in page and "chat/review." in page
     assert f'href="/admin/auth/user/{alice.pk}/change/"' in page  # the person, beside their usage
     assert ConversationRead.objects.filter(conversation=conversation).count() == 1
+
+
+def test_staff_see_share_links_and_revoke_one_by_deleting_it(staff_client, history):
+    share = Share.create_for(history, live=True, public=False, show_usage=False)
+    listing = staff_client.get("/admin/chat/share/").content.decode()
+    assert "Ocean poems" in listing and share.token not in listing
+    assert staff_client.get("/admin/chat/share/add/").status_code == 403
+    response = staff_client.post(f"/admin/chat/share/{share.pk}/delete/", {"post": "yes"})
+    assert response.status_code == 302 and not Share.objects.exists()

@@ -4,6 +4,7 @@ markdown drawn by the chat's renderer), revoking, and the admin's review drawn t
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from decimal import Decimal
@@ -11,6 +12,7 @@ from decimal import Decimal
 import pytest
 from playwright.sync_api import expect
 
+from chat import exports
 from chat.models import Conversation, Message, Share, Usage
 from tests.page_helpers import I14, ROOT, SCREENSHOTS, open_chat, screenshot
 
@@ -148,3 +150,31 @@ def test_the_admin_review_draws_answers_with_the_chats_renderer(new_page, django
     expect(review.locator(".review-reasoning")).not_to_have_attribute("open", "")
     assert page.evaluate("window.__xss") is None
     assert review.locator("script, iframe, [onerror], [onload], a[href^='javascript:']").count() == 0
+
+
+def test_the_settings_page_brings_back_an_export_refuses_a_bad_file_and_lists_links(new_page, alice, bob, shared):
+    exported = json.dumps(exports.export_json([shared.conversation])).encode()
+    page = new_page(bob)
+    page.goto("/settings/")
+    data = page.get_by_test_id("settings-data")
+    expect(data.get_by_role("link", name="Export all as JSON")).to_have_attribute("href", "/api/export?format=json")
+    expect(data.get_by_text("You have not shared any conversation.")).to_be_visible()
+    data.locator("#import-file").set_input_files({"name": "notes.json", "mimeType": "application/json", "buffer": b"{"})
+    data.get_by_role("button", name="Import").click()
+    expect(data.locator("#import-status")).to_have_text(re.compile(r"^Not imported: The file is not JSON"))
+    data.locator("#import-file").set_input_files({"name": "c.json", "mimeType": "application/json", "buffer": exported})
+    data.get_by_role("button", name="Import").click()
+    expect(data.locator("#import-status")).to_contain_text("Imported “")
+    copy = Conversation.objects.get(owner=bob)
+    expect(data.get_by_role("link", name="Open it")).to_have_attribute("href", f"/c/{copy.pk}/")
+    assert [m.content for m in copy.path()] == [m.content for m in shared.conversation.path()]
+
+    owner = new_page(alice)
+    owner.goto("/settings/")
+    links = owner.locator("#share-list .share-row")
+    expect(links).to_have_count(1)
+    expect(links.get_by_role("link")).to_have_attribute("href", f"/s/{shared.token}/")
+    links.get_by_role("button", name=re.compile("^Revoke")).click()
+    expect(links).to_have_count(0)
+    expect(owner.get_by_text("You have not shared any conversation.")).to_be_visible()
+    assert not Share.objects.exists()

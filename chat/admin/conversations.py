@@ -5,7 +5,7 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
-from ..models import Attachment, Conversation, ConversationRead, Message
+from ..models import Attachment, Conversation, ConversationRead, Message, Share
 from ..models.attachments import human_size
 from .review import review_rows
 
@@ -202,3 +202,18 @@ class ConversationReadAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return False
+
+
+@admin.register(Share)
+class ShareAdmin(admin.ModelAdmin):
+    """Every share link, to see what is shared (and publicly) and to revoke one by deleting it."""
+
+    list_display = ["conversation", "owner", "live", "public", "show_usage", "created"]
+    list_filter = ["public", "live", ("owner", admin.RelatedOnlyFieldListFilter), "created"]
+    search_fields = ["conversation__title", "owner__username"]
+    list_select_related = ["conversation", "owner"]
+    fields = ["conversation", "owner", "live", "public", "show_usage", "created"]
+    readonly_fields = fields
+
+    def has_add_permission(self, request):
+        return False  # links are made by their owners, in the chat
