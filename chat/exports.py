@@ -221,6 +221,8 @@ def _message(data, where: str, seen: set) -> dict:
     if role not in (Message.Role.USER, Message.Role.ASSISTANT):
         raise bad(_("%(where)s: role must be user or assistant.") % {"where": where})
     status = data.get("status") or Message.Status.COMPLETE
+    if status == Message.Status.STREAMING:  # exported mid-stream: here it will never go on
+        status = Message.Status.INTERRUPTED
     if status not in STATUSES:
         raise bad(_("%(where)s: unknown status.") % {"where": where})
     thinking_ms = data.get("thinking_ms")
@@ -282,23 +284,17 @@ def import_conversations(user, raw: bytes) -> list[Conversation]:
                 owner=user, title=data["title"] or Conversation.title_for(_first_text(data)), model=data["model"],
                 system_prompt=data["system_prompt"], params=data["params"], updated=data["updated"] or timezone.now(),
             )  # fmt: skip
-            new_ids: dict[int, int] = {}
-            # Parents first: a message's parent has its new id before the message is stored.
-            pending = list(data["messages"])
-            while pending:
-                ready = [m for m in pending if m["parent"] is None or m["parent"] in new_ids]
-                rows = Message.objects.bulk_create(Message(
-                    conversation=conversation, parent_id=new_ids.get(m["parent"]), role=m["role"], content=m["content"],
-                    reasoning=m["reasoning"], thinking_ms=m["thinking_ms"], tool_calls=m["tool_calls"],
-                    status=m["status"], finish_reason=m["finish_reason"], error=m["error"], model=m["model"],
-                    imported_usage=m["usage"],
-                ) for m in ready)  # fmt: skip
-                for message, row in zip(ready, rows, strict=True):
-                    new_ids[message["id"]] = row.pk
-                    row.created = message["created"] or row.created
-                Message.objects.bulk_update(rows, ["created"])  # bulk_update keeps it; creating sets now
-                done = {m["id"] for m in ready}
-                pending = [m for m in pending if m["id"] not in done]
+            # All rows at once, then their parents by the new ids: three queries however deep the tree.
+            rows = Message.objects.bulk_create(Message(
+                conversation=conversation, role=m["role"], content=m["content"], reasoning=m["reasoning"],
+                thinking_ms=m["thinking_ms"], tool_calls=m["tool_calls"], status=m["status"],
+                finish_reason=m["finish_reason"], error=m["error"], model=m["model"], imported_usage=m["usage"],
+            ) for m in data["messages"])  # fmt: skip
+            new_ids = {m["id"]: row.pk for m, row in zip(data["messages"], rows, strict=True)}
+            for message, row in zip(data["messages"], rows, strict=True):
+                row.parent_id = new_ids.get(message["parent"])
+                row.created = message["created"] or row.created  # bulk_update keeps it; creating set now
+            Message.objects.bulk_update(rows, ["parent", "created"], batch_size=500)
             conversation.current_id = new_ids.get(data["current"])
             conversation.created = data["created"] or conversation.created
             Conversation.objects.filter(pk=conversation.pk).update(

@@ -192,3 +192,14 @@ def test_import_refuses_an_oversized_file(bob, tree, settings):
     assert response.status_code == 413 and response.json()["error"]["code"] == "too_large"
     assert "larger than 0.001 MB" in response.json()["error"]["detail"]
     assert not Conversation.objects.filter(owner=bob).exists()
+
+
+def test_a_deep_conversation_is_imported_in_a_few_queries(bob, django_assert_max_num_queries):
+    chain = [{"id": n, "parent": n - 1 if n else None, "role": "user" if n % 2 == 0 else "assistant",
+              "content": f"message {n}"} for n in range(400)]  # fmt: skip
+    chain[-1]["status"] = "streaming"  # exported while it streamed: here it is over
+    with django_assert_max_num_queries(20):
+        (copy,) = exports.import_conversations(bob, messages(*chain, current=399, title="Long"))
+    path = copy.path()
+    assert [m.content for m in path] == [f"message {n}" for n in range(400)]
+    assert path[-1].status == "interrupted" and copy.title == "Long"
