@@ -15,6 +15,7 @@ from playwright.sync_api import expect
 from chat import exports
 from chat.models import Conversation, Message, Share, Usage
 from tests.page_helpers import I14, ROOT, SCREENSHOTS, open_chat, screenshot
+from tests.test_a11y import violations
 
 expect.set_options(timeout=15_000)
 
@@ -82,6 +83,7 @@ def test_a_shared_page_shows_the_branch_drawn_by_the_chat_and_payloads_stay_iner
     expect(answer.locator("strong")).to_have_text("roll")
     expect(answer.locator(".code-block[data-lang=python]")).to_be_visible()
     assert_inert(page)
+    assert violations(page) == []
     expect(page.locator("#shared-title")).to_have_text(TITLE)  # the title as text
     expect(page).to_have_title(re.compile("Poems"))
     expect(answer).to_contain_text("<script>window.__xss = 'script'</script>")  # shown, not run
@@ -120,12 +122,14 @@ def test_the_owner_shares_from_the_chat_page_and_revokes(new_page, alice, bob, p
         "href", f"/api/conversations/{conversation.pk}/export?format=json"
     )
     expect(dialog.get_by_text("Links open for signed-in members of the team only.")).to_be_visible()
+    assert violations(page) == []
     dialog.get_by_label("Show tokens and cost").check()
     dialog.get_by_role("button", name="Create link").click()
     link = dialog.locator(".share-url").first
     expect(link).to_have_value(re.compile(r"/s/[\w-]{32}/$"))
     expect(dialog.locator(".share-kind").first).to_have_text("snapshot · with usage")
     url = link.input_value()
+    screenshot(page, "share-dialog")
 
     reader = new_page(bob, viewport={"width": 1000, "height": 760})
     reader.goto(url)
@@ -159,6 +163,7 @@ def test_the_settings_page_brings_back_an_export_refuses_a_bad_file_and_lists_li
     data = page.get_by_test_id("settings-data")
     expect(data.get_by_role("link", name="Export all as JSON")).to_have_attribute("href", "/api/export?format=json")
     expect(data.get_by_text("You have not shared any conversation.")).to_be_visible()
+    assert violations(page) == []
     data.locator("#import-file").set_input_files({"name": "notes.json", "mimeType": "application/json", "buffer": b"{"})
     data.get_by_role("button", name="Import").click()
     expect(data.locator("#import-status")).to_have_text(re.compile(r"^Not imported: The file is not JSON"))

@@ -149,7 +149,7 @@ class ConversationAdmin(admin.ModelAdmin):
         Above the raw message fields, the conversation laid out like the chat (chat/admin/review.py).
         """
         conversation = self.get_object(request, object_id)
-        if conversation is not None:
+        if conversation is not None and self.has_view_or_change_permission(request, conversation):
             extra_context = {**(extra_context or {}), "review": self.review(conversation)}
         response = super().change_view(request, object_id, form_url, extra_context)
         if request.method == "GET" and conversation is not None and response.status_code == 200:
