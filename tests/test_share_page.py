@@ -152,6 +152,8 @@ def test_the_admin_review_draws_answers_with_the_chats_renderer(new_page, django
     expect(review.locator(".review-answer h2")).to_have_text("Waves")
     expect(review.locator(".review-answer strong")).to_have_text("roll")
     expect(review.locator(".review-reasoning")).not_to_have_attribute("open", "")
+    review.scroll_into_view_if_needed()
+    screenshot(page, "admin-review")
     assert page.evaluate("window.__xss") is None
     assert review.locator("script, iframe, [onerror], [onload], a[href^='javascript:']").count() == 0
 
