@@ -50,6 +50,7 @@ def test_a_link_opens_for_a_teammate_and_not_for_an_anonymous_visitor(alice, bob
     shown = page.context["content"]
     assert [m["content"] for m in shown["messages"]] == ["Write about the sea", "Tides **roll**", "Shorter", "Tides."]
     assert all(m["usage"] is None for m in shown["messages"])  # no usage unless the owner chooses
+    assert "system_prompt" not in shown and "Be brief" not in page.content.decode()  # the owner's instructions
     assert ConversationRead.objects.filter(conversation=tree, reader=bob, where="share link").count() == 1
     anonymous = Client().get(url)
     assert anonymous.status_code == 302 and anonymous.url.startswith("/accounts/login/")

@@ -61,6 +61,8 @@ class Share(models.Model):
         from ..exports import path_json
 
         shown = self.snapshot if not self.live and self.snapshot is not None else path_json(self.conversation)
+        # The messages, not the owner's instructions to the model: no system prompt, no params.
+        shown = {key: value for key, value in shown.items() if key not in ("system_prompt", "params")}
         if not self.show_usage:
             shown = {**shown, "messages": [{**m, "usage": None} for m in shown["messages"]]}
         return shown
