@@ -52,9 +52,23 @@ def message_json(message: Message) -> dict:
     }
 
 
-def _messages(conversation: Conversation, ids: list[int] | None = None):
-    messages = conversation.messages.select_related("usage").prefetch_related("attachments")
-    return messages.filter(pk__in=ids) if ids is not None else messages
+def _messages(conversations) -> dict[int, list[Message]]:
+    """Every message of these conversations by conversation, in order, read in a few queries for them all."""
+    rows = Message.objects.filter(conversation__in=conversations).select_related("usage")
+    grouped: dict[int, list[Message]] = {c.pk: [] for c in conversations}
+    for message in rows.prefetch_related("attachments").order_by("conversation", "created", "pk").iterator(2000):
+        grouped[message.conversation_id].append(message)
+    return grouped
+
+
+def _path(messages: list[Message], current_id: int | None) -> list[Message]:
+    """The branch shown, root first: `current` and its ancestors (Conversation.path, from messages in hand)."""
+    by_id = {m.pk: m for m in messages}
+    path, pk = [], current_id
+    while pk in by_id:
+        path.append(by_id[pk])
+        pk = by_id[pk].parent_id
+    return path[::-1]
 
 
 def _head(conversation: Conversation) -> dict:
@@ -65,31 +79,32 @@ def _head(conversation: Conversation) -> dict:
         "params": conversation.params,
         "created": conversation.created.isoformat(),
         "updated": conversation.updated.isoformat(),
+        "current": conversation.current_id,
     }
 
 
-def tree_json(conversation: Conversation) -> dict:
+def tree_json(conversation: Conversation, messages: list[Message] | None = None) -> dict:
     """The whole conversation: every message of every branch, and `current`, the end of the branch shown."""
-    messages = [message_json(m) for m in _messages(conversation)]
-    return {**_head(conversation), "current": conversation.current_id, "messages": messages}
+    messages = _messages([conversation])[conversation.pk] if messages is None else messages
+    return {**_head(conversation), "messages": [message_json(m) for m in messages]}
 
 
-def path_json(conversation: Conversation) -> dict:
+def path_json(conversation: Conversation, messages: list[Message] | None = None) -> dict:
     """Only the branch shown, root first (a share, the Markdown export)."""
-    ids = conversation.path_ids()
-    found = {m.pk: m for m in _messages(conversation, ids)}
-    messages = [message_json(found[pk]) for pk in ids]
-    return {**_head(conversation), "current": conversation.current_id, "messages": messages}
+    messages = _messages([conversation])[conversation.pk] if messages is None else messages
+    return {**_head(conversation), "messages": [message_json(m) for m in _path(messages, conversation.current_id)]}
 
 
 def export_json(conversations) -> dict:
+    conversations = list(conversations)
+    grouped = _messages(conversations)
     return {"format": FORMAT, "version": VERSION, "exported": timezone.now().isoformat(),
-            "conversations": [tree_json(c) for c in conversations]}  # fmt: skip
+            "conversations": [tree_json(c, grouped[c.pk]) for c in conversations]}  # fmt: skip
 
 
-def markdown(conversation: Conversation) -> str:
+def markdown(conversation: Conversation, messages: list[Message] | None = None) -> str:
     """The branch shown as Markdown: the title, then each message under its speaker; reasoning folded."""
-    shown = path_json(conversation)
+    shown = path_json(conversation, messages)
     lines = [f"# {shown['title'] or _('Conversation')}", ""]
     if shown["system_prompt"]:
         lines += [f"> **{_('System prompt')}:** " + shown["system_prompt"].replace("\n", "\n> "), ""]
@@ -108,7 +123,9 @@ def markdown(conversation: Conversation) -> str:
 
 
 def markdown_all(conversations) -> str:
-    return "\n---\n\n".join(markdown(c) for c in conversations)
+    conversations = list(conversations)
+    grouped = _messages(conversations)
+    return "\n---\n\n".join(markdown(c, grouped[c.pk]) for c in conversations)
 
 
 # --- in ------------------------------------------------------------------------

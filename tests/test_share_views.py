@@ -204,3 +204,18 @@ def test_a_deep_conversation_is_imported_in_a_few_queries(bob, django_assert_max
     path = copy.path()
     assert [m.content for m in path] == [f"message {n}" for n in range(400)]
     assert path[-1].status == "interrupted" and copy.title == "Long"
+
+
+def test_exporting_everything_reads_a_few_queries_however_many_conversations(
+    alice, tree, django_assert_max_num_queries
+):
+    for n in range(30):
+        c = Conversation.objects.create(owner=alice, title=f"Chat {n}")
+        ask = Message.objects.create(conversation=c, role="user", content=f"question {n}")
+        c.current = Message.objects.create(conversation=c, parent=ask, role="assistant", content=f"answer {n}")
+        c.save()
+    with django_assert_max_num_queries(6):
+        everything = exports.export_json(Conversation.objects.owned_by(alice).order_by("created"))
+        md = exports.markdown_all(Conversation.objects.owned_by(alice).order_by("created"))
+    assert len(everything["conversations"]) == 31 and "answer 29" in md
+    assert everything["conversations"][0]["messages"][2]["usage"]["completion_tokens"] == 9
