@@ -223,9 +223,7 @@ SETTINGS_SCRIPTS.append("chat/data.js")  # settings/data.html: export, import, s
 @never_cache
 def settings_page(request):
     """The person's settings: defaults for new chats, language, their data (one template per section)."""
-    limit = settings.CHAT_IMPORT_MAX_BYTES
-    context = {"scripts": SETTINGS_SCRIPTS, "import_max_bytes": limit, "import_max_mb": f"{limit / 1_000_000:g}"}
-    return render(request, "settings/index.html", context)
+    return render(request, "settings/index.html", {"scripts": SETTINGS_SCRIPTS})
 
 
 # --- personal API tokens -------------------------------------------------------

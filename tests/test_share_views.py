@@ -219,3 +219,10 @@ def test_exporting_everything_reads_a_few_queries_however_many_conversations(
         md = exports.markdown_all(Conversation.objects.owned_by(alice).order_by("created"))
     assert len(everything["conversations"]) == 31 and "answer 29" in md
     assert everything["conversations"][0]["messages"][2]["usage"]["completion_tokens"] == 9
+
+
+def test_the_settings_page_says_the_import_limit_and_links_the_exports(bob, settings):
+    settings.CHAT_IMPORT_MAX_BYTES = 1_500_000
+    page = client_for(bob).get("/settings/").content.decode()
+    assert 'data-max-bytes="1500000"' in page and "at most 1.5 MB" in page
+    assert 'href="/api/export?format=json"' in page and 'href="/api/export?format=md"' in page
