@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 
 from django.conf import settings
@@ -135,8 +136,8 @@ def bad(detail: str) -> ChatError:
     return ChatError("bad_import", detail)
 
 
-def _text(value, where: str, limit: int | None = None, *, required: bool = False) -> str:
-    if value is None and not required:
+def _text(value, where: str, limit: int | None = None) -> str:
+    if value is None:
         return ""
     if not isinstance(value, str):
         raise bad(_("%(where)s must be text.") % {"where": where})
@@ -162,14 +163,16 @@ def _usage(value, where: str) -> dict | None:
 
 
 def _when(value) -> datetime | None:
-    parsed = parse_datetime(value) if isinstance(value, str) else None
+    """A time from the file; one missing or unreadable is left to be now (it is not worth refusing a file)."""
+    try:
+        parsed = parse_datetime(value) if isinstance(value, str) else None
+    except ValueError:  # well formed but no such date
+        return None
     return parsed if parsed is None or timezone.is_aware(parsed) else timezone.make_aware(parsed)
 
 
 def parse(raw: bytes) -> list[dict]:
     """The conversations in an export (one conversation or all), checked; ChatError `bad_import` says what is wrong."""
-    import json
-
     if len(raw) > settings.CHAT_IMPORT_MAX_BYTES:
         raise ChatError("too_large", too_large_text())
     try:
@@ -215,9 +218,9 @@ def _conversation(data, number: int) -> dict:
     if current is not None and current not in parent_of:
         raise bad(_("%(where)s: `current` is not one of its messages.") % {"where": where})
     return {
-        "title": _text(data.get("title"), where + " title", MAX_TITLE),
-        "model": _text(data.get("model"), where + " model", MAX_FIELD * 3),
-        "system_prompt": _text(data.get("system_prompt"), where + " system prompt", MAX_SYSTEM_PROMPT),
+        "title": _text(data.get("title"), f"{where}: title", MAX_TITLE),
+        "model": _text(data.get("model"), f"{where}: model", MAX_FIELD * 3),
+        "system_prompt": _text(data.get("system_prompt"), f"{where}: system_prompt", MAX_SYSTEM_PROMPT),
         "params": params,
         "created": _when(data.get("created")),
         "updated": _when(data.get("updated")),
@@ -253,21 +256,22 @@ def _message(data, where: str, seen: set) -> dict:
         "id": pk,
         "parent": parent,
         "role": role,
-        "content": _text(data.get("content"), where, limit),
-        "reasoning": _text(data.get("reasoning"), where, limit),
+        "content": _text(data.get("content"), f"{where}: content", limit),
+        "reasoning": _text(data.get("reasoning"), f"{where}: reasoning", limit),
         "thinking_ms": thinking_ms,
         "tool_calls": tool_calls,
         "status": status,
-        "finish_reason": _text(data.get("finish_reason"), where, MAX_FIELD)[:30],
-        "error": _text(data.get("error"), where, limit),
-        "model": _text(data.get("model"), where, MAX_FIELD * 3),
+        "finish_reason": _text(data.get("finish_reason"), f"{where}: finish_reason", MAX_FIELD)[:30],
+        "error": _text(data.get("error"), f"{where}: error", limit),
+        "model": _text(data.get("model"), f"{where}: model", MAX_FIELD * 3),
         "created": _when(data.get("created")),
         "usage": _usage(data.get("usage"), where),
     }
 
 
 def _whole(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    """A whole number that fits a positive integer column."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**31
 
 
 def _refuse_cycles(parent_of: dict, where: str) -> None:

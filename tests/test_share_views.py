@@ -172,7 +172,8 @@ def messages(*rows, **more) -> bytes:
         (messages({"id": 1, "parent": 2, "role": "user", "content": "x"}), "not in the file"),
         (messages({"id": 1, "parent": 2, "role": "user"}, {"id": 2, "parent": 1, "role": "assistant"}), "loop"),
         (messages({"id": 1, "role": "system", "content": "x"}), "role must be"),
-        (messages({"id": 1, "role": "user", "content": 5}), "must be text"),
+        (messages({"id": 1, "role": "user", "content": 5}), "Conversation 1, message 1: content must be text"),
+        (messages({"id": 1, "role": "assistant", "thinking_ms": 2**40}), "thinking_ms must be a whole number"),
         (messages({"id": 1, "role": "user"}, {"id": 1, "role": "user"}), "id of its own"),
         (messages(params={"temperature": 9}), "temperature"),
         (messages({"id": 1, "role": "user"}, current=7), "`current`"),
@@ -197,7 +198,7 @@ def test_import_refuses_an_oversized_file(bob, tree, settings):
 
 def test_a_deep_conversation_is_imported_in_a_few_queries(bob, django_assert_max_num_queries):
     chain = [{"id": n, "parent": n - 1 if n else None, "role": "user" if n % 2 == 0 else "assistant",
-              "content": f"message {n}"} for n in range(400)]  # fmt: skip
+              "content": f"message {n}", "created": "2026-02-30T10:00:00Z"} for n in range(400)]  # fmt: skip
     chain[-1]["status"] = "streaming"  # exported while it streamed: here it is over
     with django_assert_max_num_queries(20):
         (copy,) = exports.import_conversations(bob, messages(*chain, current=399, title="Long"))
