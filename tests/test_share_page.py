@@ -180,6 +180,8 @@ def test_the_settings_page_brings_back_an_export_refuses_a_bad_file_and_lists_li
     owner.goto("/settings/")
     links = owner.locator("#share-list .share-row")
     expect(links).to_have_count(1)
+    owner.get_by_test_id("settings-data").scroll_into_view_if_needed()
+    screenshot(owner, "settings-data")
     expect(links.get_by_role("link")).to_have_attribute("href", f"/s/{shared.token}/")
     links.get_by_role("button", name=re.compile("^Revoke")).click()
     expect(links).to_have_count(0)
