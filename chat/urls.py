@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from . import api, attachment_views, dashboard_views, diagram_views, invites, organise, views
+from . import api, attachment_views, dashboard_views, diagram_views, invites, organise, share_views, views
 from .accounts import sign_in_view
 
 urlpatterns = [
@@ -47,4 +47,12 @@ urlpatterns = [
     path("settings/tokens/<int:token_id>/revoke/", views.revoke_token, name="revoke-token"),
     path("v1/chat/completions", api.chat_completions, name="v1-chat-completions"),
     path("v1/models", api.models, name="v1-models"),
+    # Share links, export and import (chat/share_views.py).
+    path("s/<str:token>/", share_views.shared, name="shared"),
+    path("api/shares", share_views.shares, name="shares"),
+    path("api/shares/<int:share_id>", share_views.share, name="share"),
+    path("api/conversations/<int:conversation_id>/shares", share_views.conversation_shares, name="conversation-shares"),
+    path("api/conversations/<int:conversation_id>/export", share_views.export_conversation, name="export"),
+    path("api/export", share_views.export_all, name="export-all"),
+    path("api/import", share_views.import_conversations, name="import"),
 ]

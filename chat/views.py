@@ -228,6 +228,7 @@ def message_json(message: Message) -> dict:
 
 # Each section of /settings/ may add a module script here (a path under static/).
 SETTINGS_SCRIPTS: list[str] = []
+SETTINGS_SCRIPTS.append("chat/data.js")  # settings/data.html: export, import, share links
 
 
 @login_required

@@ -336,6 +336,10 @@ CHAT_ACCOUNT_CHECK_SECONDS = env_number("CHAT_ACCOUNT_CHECK_SECONDS", 1.0, float
 CHAT_RETENTION_DAYS = env_number("CHAT_RETENTION_DAYS", 0)
 # Whether owners see who (other than them) read their conversations: a "Reviewed by" line.
 CHAT_SHOW_REVIEWS = env_bool("CHAT_SHOW_REVIEWS", False)
+# Share links: whether an owner may make one public (anyone with the link); off, they are for signed-in people.
+CHAT_PUBLIC_SHARES = env_bool("CHAT_PUBLIC_SHARES", False)
+# The largest JSON export accepted by the import (within REQUEST_MAX_BYTES and nginx's client_max_body_size).
+CHAT_IMPORT_MAX_BYTES = env_number("CHAT_IMPORT_MAX_BYTES", 2_000_000)
 # How long a finished answer's final save is retried (with backoff) before giving up.
 CHAT_FINAL_SAVE_SECONDS = env_number("CHAT_FINAL_SAVE_SECONDS", 120.0, float)
 # The OpenAI-compatible API (/v1/): a comment line this often while the upstream is silent,

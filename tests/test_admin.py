@@ -6,7 +6,7 @@ import pytest
 from django.contrib.auth.models import Permission
 from django.core.exceptions import ValidationError
 
-from chat.models import ApiToken, Conversation, ConversationRead, Message, Provider, Usage
+from chat.models import ApiToken, Conversation, ConversationRead, Message, Provider, Share, Usage
 
 pytestmark = pytest.mark.django_db
 
@@ -307,3 +307,34 @@ def test_a_provider_page_limits_its_models_to_groups(staff_client, provider):
     assert staff_client.post(f"/admin/chat/provider/{provider.pk}/change/", form).status_code == 302
     (rule,) = provider.access_rules.all()
     assert rule.model == "" and list(rule.groups.all()) == [research]
+
+
+def test_the_review_lays_out_the_branch_tree_like_the_chat_and_the_read_is_recorded(staff_client, django_user_model):
+    alice = django_user_model.objects.create_user("alice")
+    conversation = Conversation.objects.create(owner=alice, title="Tree")
+    ask = Message.objects.create(conversation=conversation, role="user", content="Question")
+    old = Message.objects.create(conversation=conversation, parent=ask, role="assistant", content="<b>first</b> **md**",
+                                 reasoning="thinking it over", thinking_ms=1200)  # fmt: skip
+    new = Message.objects.create(conversation=conversation, parent=ask, role="assistant", content="Second answer")
+    Usage.objects.create(user=alice, message=new, model="m", status="complete", prompt_tokens=7, completion_tokens=8)
+    conversation.current = new
+    conversation.save()
+    response = staff_client.get(f"/admin/chat/conversation/{conversation.pk}/change/")
+    rows = [(row.message.pk, row.depth, row.branch, row.on_path) for row in response.context["review"]]
+    assert rows == [(ask.pk, 0, "", True), (old.pk, 1, "Branch 1 of 2", False), (new.pk, 1, "Branch 2 of 2", True)]
+    page = response.content.decode()
+    # Answers go to the page as escaped text, for the chat's renderer (static/chat/review.js) to draw.
+    assert "&lt;b&gt;first&lt;/b&gt; **md**" in page and "<b>first</b>" not in page
+    assert '<details class="review-reasoning">' in page and "thinking it over" in page
+    assert page.count('class="review-usage"') == 1 and "7 in · 8 out" in page and "chat/review." in page
+    assert f'href="/admin/auth/user/{alice.pk}/change/"' in page  # the person, beside their usage
+    assert ConversationRead.objects.filter(conversation=conversation).count() == 1
+
+
+def test_staff_see_share_links_and_revoke_one_by_deleting_it(staff_client, history):
+    share = Share.create_for(history, live=True, public=False, show_usage=False)
+    listing = staff_client.get("/admin/chat/share/").content.decode()
+    assert "Ocean poems" in listing and share.token not in listing
+    assert staff_client.get("/admin/chat/share/add/").status_code == 403
+    response = staff_client.post(f"/admin/chat/share/{share.pk}/delete/", {"post": "yes"})
+    assert response.status_code == 302 and not Share.objects.exists()

@@ -5,8 +5,9 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
-from ..models import Attachment, Conversation, ConversationRead, Message
+from ..models import Attachment, Conversation, ConversationRead, Message, Share
 from ..models.attachments import human_size
+from .review import review_rows
 
 
 def attachment_links(attachments) -> str:
@@ -18,9 +19,19 @@ def attachment_links(attachments) -> str:
     )
 
 
+def imported_usage(usage: dict) -> str:
+    """An imported answer's usage, as its export said: informational, never metered."""
+    parts = [f"{usage.get('prompt_tokens', 0):,} in", f"{usage.get('completion_tokens', 0):,} out"]
+    if usage.get("cost") is not None:
+        parts.append(f"${usage['cost']}")
+    return " · ".join(parts) + " (imported, not billed)"
+
+
 class MessageInline(admin.StackedInline):
     model = Message
     extra = 0
+    classes = ["collapse"]  # folded: the review above shows the messages as the chat does
+    verbose_name_plural = "messages, field by field"
     can_delete = False
     fields = [
         "role", "status", "finish_reason", "model", "content", "attached", "reasoning", "thinking_ms", "tool_calls",
@@ -38,6 +49,8 @@ class MessageInline(admin.StackedInline):
     def metered(self, message):
         """The answer's usage as the chat shows it, linked to its usage row."""
         usage = getattr(message, "usage", None)
+        if usage is None and message.imported_usage:
+            return imported_usage(message.imported_usage)
         if usage is None:
             return "-"
         approx = "≈" if usage.estimated else ""
@@ -131,22 +144,40 @@ class ConversationAdmin(admin.ModelAdmin):
         return conversation.last_status or "-"
 
     def change_view(self, request, object_id, form_url="", extra_context=None):
-        """Staff reading someone's conversation is recorded (listed under Conversation reads)."""
-        response = super().change_view(request, object_id, form_url, extra_context)
+        """Staff reading someone's conversation is recorded (listed under Conversation reads).
+
+        Above the raw message fields, the conversation laid out like the chat (chat/admin/review.py).
+        """
         conversation = self.get_object(request, object_id)
+        if conversation is not None and self.has_view_or_change_permission(request, conversation):
+            extra_context = {**(extra_context or {}), "review": self.review(conversation)}
+        response = super().change_view(request, object_id, form_url, extra_context)
         if request.method == "GET" and conversation is not None and response.status_code == 200:
             ConversationRead.record(conversation, request.user)
         return response
 
+    def review(self, conversation) -> list:
+        rows = review_rows(conversation)
+        inline = MessageInline(Message, self.admin_site)
+        for row in rows:
+            metered = hasattr(row.message, "usage") or row.message.imported_usage
+            row.usage = inline.metered(row.message) if metered else ""
+            row.attachments = attachment_links(row.message.attachments.all())
+        return rows
+
     @admin.display(description="see also")
     def links(self, conversation):
-        """The owner's figures on the usage dashboard and this conversation's usage rows."""
+        """The person (their user page), their figures on the usage dashboard, and this conversation's usage rows."""
         if conversation.pk is None:
             return "-"
+        meta = conversation.owner._meta
+        person = reverse(f"admin:{meta.app_label}_{meta.model_name}_change", args=[conversation.owner_id])
         dashboard = f"{reverse('usage')}?user={conversation.owner_id}"
         rows = f"{reverse('admin:chat_usage_changelist')}?message__conversation__id__exact={conversation.pk}"
         return format_html(
-            '<a href="{}">{}\'s usage</a> · <a href="{}">usage rows of this conversation</a>',
+            '<a href="{}">{}</a> · <a href="{}">{}\'s usage</a> · <a href="{}">usage rows of this conversation</a>',
+            person,
+            conversation.owner,
             dashboard,
             conversation.owner,
             rows,
@@ -171,3 +202,18 @@ class ConversationReadAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return False
+
+
+@admin.register(Share)
+class ShareAdmin(admin.ModelAdmin):
+    """Every share link, to see what is shared (and publicly) and to revoke one by deleting it."""
+
+    list_display = ["conversation", "owner", "live", "public", "show_usage", "created"]
+    list_filter = ["public", "live", ("owner", admin.RelatedOnlyFieldListFilter), "created"]
+    search_fields = ["conversation__title", "owner__username"]
+    list_select_related = ["conversation", "owner"]
+    fields = ["conversation", "owner", "live", "public", "show_usage", "created"]
+    readonly_fields = fields
+
+    def has_add_permission(self, request):
+        return False  # links are made by their owners, in the chat

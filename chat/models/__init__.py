@@ -12,6 +12,7 @@
 - attachments: uploaded files, sent with a message
 - folders: a person's folders of conversations (pin and archive are fields of Conversation)
 - reviews: reads of a conversation by someone other than its owner
+- shares: read-only links to a conversation
 - chat/budgets.py: prices and monthly budgets (their models are re-exported here too)
 """
 
@@ -43,6 +44,7 @@ from .providers import (
 )
 from .reviews import ConversationRead, ConversationReadQuerySet
 from .rollups import PersonDay, PersonMonth, UsageDay
+from .shares import Share, ShareQuerySet
 from .tokens import TOKEN_PREFIX, ApiToken, ApiTokenQuerySet
 from .usage import Usage, UsageQuerySet
 from .workers import INTERRUPTED_ERROR, Worker, WorkerQuerySet
@@ -79,6 +81,8 @@ __all__ = [
     "Price",
     "Provider",
     "ProviderQuerySet",
+    "Share",
+    "ShareQuerySet",
     "Spent",
     "Status",
     "Turn",

@@ -261,6 +261,8 @@ class Message(models.Model):
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(default=timezone.now, help_text="Last save of the text.")
     worker = streaming_worker()
+    # An imported answer's usage as its export had it: shown and exported again, never metered or billed.
+    imported_usage = models.JSONField(null=True, blank=True, help_text="Usage from an import (not billed).")
 
     objects = MessageQuerySet.as_manager()
 

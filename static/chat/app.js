@@ -6,6 +6,7 @@ import { t } from "./i18n.js";
 import { MessageView } from "./messages.js";
 import { handleCopyClicks } from "./render.js";
 import { ModelPicker, SettingsPanel } from "./settings.js";
+import { ShareDialog } from "./share.js";
 import { BudgetMeter, Sidebar } from "./sidebar.js";
 import { ChatSocket, socketUrl } from "./socket.js";
 
@@ -543,6 +544,7 @@ const sidebar = new Sidebar({
 const budget = new BudgetMeter();
 const picker = new ModelPicker($("model"));
 const settings = new SettingsPanel({ conversation: () => state.conversation, onError: showNotice });
+new ShareDialog({ conversation: () => state.conversation }); // its own button in the topbar
 const tray = new AttachmentTray({
   list: $("attachment-chips"),
   button: $("attach"),
