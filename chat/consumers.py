@@ -360,6 +360,10 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             for text in event.get("parts", ()):  # a long reply's snapshot, frame by frame
                 await self.send(text_data=text)
 
+    async def chat_title(self, event: dict) -> None:
+        """A model wrote the title of one of this user's conversations (chat/titles.py)."""
+        await self.send(text_data=event["text"])
+
     async def chat_done(self, event: dict) -> None:
         message_id = event["message"]
         if message_id in self.attaching and self.attaching.pop(message_id) in (None, FROM_DATABASE):

@@ -154,7 +154,8 @@ def update(conversation: Conversation, body: dict) -> None:
         if not isinstance(title, str) or not title.strip():
             raise ChatError("bad_field", "`title` must be a non-empty string.")
         conversation.title = title.strip()[:MAX_TITLE]
-        fields.append("title")
+        conversation.title_locked = True  # renamed by its owner: never retitled by a model (chat/titles.py)
+        fields += ["title", "title_locked"]
     if "system_prompt" in body:
         if body["system_prompt"] is None:
             raise ChatError("bad_field", "`system_prompt` must be a string.")

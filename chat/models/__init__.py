@@ -10,6 +10,7 @@
 - workers: one lease per serving process
 - attachments: uploaded files, sent with a message
 - reviews: reads of a conversation by someone other than its owner
+- presets: a person's prompt presets and defaults for a new chat
 - chat/budgets.py: prices and monthly budgets (their models are re-exported here too)
 """
 
@@ -19,6 +20,7 @@ from .attachments import Attachment, AttachmentQuerySet
 from .base import ChatError, Status, fit
 from .conversations import Conversation, ConversationQuerySet, Message, MessageQuerySet, Turn, begin_turn
 from .invites import Invite, InviteQuerySet
+from .presets import ChatDefaults, PromptPreset, PromptPresetQuerySet
 from .providers import (
     DEMO_MODEL,
     DEMO_PROVIDER,
@@ -48,6 +50,7 @@ __all__ = [
     "AttachmentQuerySet",
     "Budget",
     "CatalogEntry",
+    "ChatDefaults",
     "ChatError",
     "Conversation",
     "ConversationQuerySet",
@@ -63,6 +66,8 @@ __all__ = [
     "PersonDay",
     "PersonMonth",
     "Price",
+    "PromptPreset",
+    "PromptPresetQuerySet",
     "Provider",
     "ProviderQuerySet",
     "Spent",
