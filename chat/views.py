@@ -60,7 +60,7 @@ def api(view):
         try:
             return view(request, *args, **kwargs)
         except ChatError as exc:
-            return error(404 if exc.code == "not_found" else 400, exc.code, exc.detail)
+            return error({"not_found": 404, "forbidden": 403}.get(exc.code, 400), exc.code, exc.detail)
 
     return wrapper
 

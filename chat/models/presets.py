@@ -80,6 +80,10 @@ class ChatDefaults(models.Model):
         """The person's defaults, unsaved and empty when they set none."""
         return cls.objects.filter(user=user).first() or cls(user=user)
 
+    @classmethod
+    async def aof(cls, user) -> ChatDefaults:
+        return await cls.objects.filter(user=user).afirst() or cls(user=user)
+
     def as_json(self) -> dict:
         return {"model": self.model, "temperature": self.temperature, "system_prompt": self.system_prompt}
 
