@@ -217,6 +217,7 @@ def message_json(message: Message) -> dict:
 
 # Each section of /settings/ may add a module script here (a path under static/).
 SETTINGS_SCRIPTS: list[str] = []
+SETTINGS_SCRIPTS.append("settings/presets.js")  # defaults for new chats, prompt presets
 
 
 @login_required

@@ -3,6 +3,7 @@ import { ApiError, api, setBusyHandler, setCsrfToken } from "./api.js";
 import { AttachmentTray } from "./attachments.js";
 import { MessageView } from "./messages.js";
 import { handleCopyClicks } from "./render.js";
+import { NewChatSetup, PresetMenu } from "./presets.js";
 import { ModelPicker, SettingsPanel } from "./settings.js";
 import { BudgetMeter, Sidebar } from "./sidebar.js";
 import { ChatSocket, socketUrl } from "./socket.js";
@@ -224,6 +225,7 @@ function newChat({ push = true } = {}) {
   sidebar.setActive(null);
   picker.choose(null);
   settings.fill(null);
+  setup.fill(); // the person's defaults (presets.js)
   if (push && location.pathname !== "/") history.pushState({}, "", "/");
   closeSidebar();
   updateComposer();
@@ -301,7 +303,7 @@ function sendMessage() {
     return;
   }
   const frame = { type: "send", conversation: state.conversation, content, model: picker.value };
-  if (state.conversation === null) Object.assign(frame, settings.forNewChat());
+  if (state.conversation === null) Object.assign(frame, setup.forNewChat(settings.forNewChat()));
   const attachments = tray.ready;
   if (attachments.length) frame.attachments = attachments.map((attachment) => attachment.id);
   const view = new MessageView({ id: null, role: "user", content, status: "pending", attachments });
@@ -472,6 +474,10 @@ function onFrame(frame) {
       return onDone(frame);
     case "error":
       return onError(frame);
+    case "title": // a model wrote a conversation's title
+      sidebar.setTitle(frame.conversation, frame.title);
+      if (frame.conversation === state.conversation) setTitle(frame.title);
+      return undefined;
     default:
       return undefined;
   }
@@ -488,6 +494,13 @@ const sidebar = new Sidebar({
 const budget = new BudgetMeter();
 const picker = new ModelPicker($("model"));
 const settings = new SettingsPanel({ conversation: () => state.conversation, onError: showNotice });
+const setup = new NewChatSetup({ picker, settings });
+new PresetMenu({
+  input: ui.input,
+  composer: ui.composer,
+  onChoose: (preset) => setup.apply(preset, state.conversation === null),
+  onError: showNotice,
+});
 const tray = new AttachmentTray({
   list: $("attachment-chips"),
   button: $("attach"),
@@ -627,9 +640,12 @@ window.addEventListener("popstate", () => route());
 
 sidebar.refresh();
 budget.refresh();
+const defaultsLoaded = setup.load().catch(() => {}); // without them a new chat starts as it did
 picker
   .load()
   .then(() => picker.choose(state.model))
+  .then(() => defaultsLoaded)
+  .then(() => state.conversation === null && state.pending === null && setup.fill())
   .catch((error) => showNotice(`Could not load the models: ${error.message}`));
 if (config.conversation) openConversation(config.conversation, { push: false });
 else newChat({ push: false });
