@@ -79,6 +79,7 @@ export class PresetMenu {
     this.onChoose = onChoose;
     this.onError = onError;
     this.presets = null; // loaded when "/" is first typed, again after each choice (they may have changed)
+    this.loading = null;
     this.shown = [];
     this.active = 0;
     this.list = document.createElement("ul");
@@ -113,11 +114,11 @@ export class PresetMenu {
     const query = this.query();
     if (query === null) return this.close();
     if (this.presets === null) {
-      this.presets = [];
+      // Keys typed while the list loads wait for the same request.
+      this.loading ??= api("/api/presets").finally(() => (this.loading = null));
       try {
-        this.presets = (await api("/api/presets")).presets;
+        this.presets = (await this.loading).presets;
       } catch (error) {
-        this.presets = null;
         this.onError(t("Could not load the prompt presets: %(error)s", { error: error.message }));
         return this.close();
       }
