@@ -92,7 +92,6 @@ export class PresetMenu {
     composer.prepend(this.list);
     input.setAttribute("aria-controls", this.list.id);
     input.setAttribute("aria-autocomplete", "list");
-    input.setAttribute("aria-expanded", "false");
     input.addEventListener("input", () => this.inserting || this.update());
     input.addEventListener("blur", () => this.close());
     // Captured on the form, before the box's own Enter (send) handler sees the key.
@@ -164,7 +163,6 @@ export class PresetMenu {
     }
     this.list.replaceChildren(...items);
     this.list.hidden = false;
-    this.input.setAttribute("aria-expanded", "true");
     this.highlight();
   }
 
@@ -184,7 +182,6 @@ export class PresetMenu {
 
   close() {
     this.list.hidden = true;
-    this.input.setAttribute("aria-expanded", "false");
     this.input.removeAttribute("aria-activedescendant");
   }
 
