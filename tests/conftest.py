@@ -55,7 +55,7 @@ def server(django_db_setup, django_db_blocker):
     """The real server (daphne, in a subprocess) on the test database, for the whole session."""
     from django.db import connection
 
-    with LiveServer({"DATABASE_URL": database_url(connection.settings_dict), "CHAT_TITLES": "0"}) as live:
+    with LiveServer({"DATABASE_URL": database_url(connection.settings_dict)}) as live:
         yield live
 
 
