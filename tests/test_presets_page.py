@@ -1,12 +1,15 @@
-"""Prompt presets with "/" in the composer and personal defaults, in Chromium against the real server."""
+"""Prompt presets with "/" in the composer, personal defaults and model-written titles, in Chromium
+against the real server."""
 
 from __future__ import annotations
 
 import re
 
+from django.db import connection
 from playwright.sync_api import expect
 
-from chat.models import PromptPreset
+from chat.models import Conversation, PromptPreset
+from tests.live import LiveServer, database_url
 from tests.page_helpers import API14_MINI, I14, open_chat, send, wait_done
 from tests.test_a11y import violations
 
@@ -128,3 +131,16 @@ def test_defaults_and_presets_set_on_the_settings_page_are_used_by_every_new_cha
     expect(page.get_by_label("Temperature")).to_have_value("1.5")
     wait_done(send_typed(page))
     assert fake.app.last().body["temperature"] == 1.5
+
+
+def test_the_title_a_model_writes_replaces_the_first_line_on_the_page(new_page, alice, providers):
+    env = {"DATABASE_URL": database_url(connection.settings_dict), "CHAT_TITLES": "1", "DJANGO_ALLOW_ASYNC_UNSAFE": ""}
+    with LiveServer(env) as live:
+        page = new_page(alice, url=live.url)
+        open_chat(page)
+        wait_done(send(page, "[[chunks:2]] Plan a trip to Lyon"))
+        # The fake answers the title request with its default text, whose first line starts so.
+        written = re.compile(r"^Hi! This reply comes from the demo upstream \(i14, model")
+        expect(page.locator("#chat-title")).to_have_text(written)
+        expect(page.locator("#conversation-list li a")).to_have_text([written])
+        assert written.match(Conversation.objects.get(owner=alice).title)

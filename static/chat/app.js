@@ -476,6 +476,7 @@ function onFrame(frame) {
       return onError(frame);
     case "title": // a model wrote a conversation's title
       sidebar.setTitle(frame.conversation, frame.title);
+      sidebar.refresh(); // a refresh asked for at `done` may have read the title before it changed
       if (frame.conversation === state.conversation) setTitle(frame.title);
       return undefined;
     default:
