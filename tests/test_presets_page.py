@@ -10,7 +10,7 @@ from playwright.sync_api import expect
 
 from chat.models import Conversation, PromptPreset
 from tests.live import LiveServer, database_url
-from tests.page_helpers import API14_MINI, I14, open_chat, send, wait_done
+from tests.page_helpers import API14_MINI, I14, open_chat, screenshot, send, wait_done
 from tests.test_a11y import violations
 
 expect.set_options(timeout=15_000)
@@ -35,6 +35,7 @@ def test_slash_lists_the_presets_filters_as_typed_and_one_chosen_applies_to_the_
     expect(options).to_have_count(3)
     expect(options.locator(".preset-name")).to_have_text(["Code review", "Team tone", "Translate"])
     expect(options.nth(1)).to_contain_text("shared")  # published by staff, read-only here
+    screenshot(page, "presets")
     assert violations(page) == []
     box.press_sequentially("tr")
     expect(options).to_have_count(1)
@@ -98,6 +99,8 @@ def test_defaults_and_presets_set_on_the_settings_page_are_used_by_every_new_cha
     presets.get_by_role("button", name="Add preset").click()
     expect(presets.locator("#preset-list li")).to_have_count(1)
     expect(presets.locator("#preset-list li")).to_contain_text("Haiku")
+    page.get_by_role("heading", name="Prompt presets").evaluate("heading => heading.scrollIntoView()")
+    screenshot(page, "settings-presets")
     assert PromptPreset.objects.get(owner=alice).params == {"temperature": 1.5}
 
     open_chat(page)
