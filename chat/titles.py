@@ -101,8 +101,10 @@ def store(conversation_id: int, title: str) -> bool:
 
 async def ask(request: Request) -> str:
     """One metered stream to the title model; its text (raises on an upstream error or over budget)."""
-    access = await access_for(request.owner)
-    entry = await Provider.objects.aresolve(settings.CHAT_TITLE_MODEL or request.model or None, access)
+    if settings.CHAT_TITLE_MODEL:  # the site's choice, whichever models the person may pick themselves
+        entry = await Provider.objects.aresolve(settings.CHAT_TITLE_MODEL)
+    else:
+        entry = await Provider.objects.aresolve(request.model or None, await access_for(request.owner))
     provider = entry.provider
     await process.ensure_started()
     payload = upstream.build_payload(entry.model, request.messages, max_tokens=MAX_TOKENS)

@@ -337,7 +337,8 @@ CHAT_RETENTION_DAYS = env_number("CHAT_RETENTION_DAYS", 0)
 # Whether owners see who (other than them) read their conversations: a "Reviewed by" line.
 CHAT_SHOW_REVIEWS = env_bool("CHAT_SHOW_REVIEWS", False)
 # Titles written by a model after a conversation's first answer (chat/titles.py), metered like any
-# stream; the model: CHAT_TITLE_MODEL (a model id or provider/model), empty: the conversation's own.
+# stream; the model: CHAT_TITLE_MODEL (a model id or provider/model, used whatever models the person may
+# pick), empty: the conversation's own.
 CHAT_TITLES = env_bool("CHAT_TITLES", True)
 CHAT_TITLE_MODEL = env("CHAT_TITLE_MODEL", "")
 # How long a finished answer's final save is retried (with backoff) before giving up.

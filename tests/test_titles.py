@@ -4,8 +4,8 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.test import Client
 
-from chat import generation, titles
-from chat.models import Conversation, Provider, Usage
+from chat import budgets, generation, titles
+from chat.models import Budget, Conversation, Provider, Usage
 from tests.conftest import FAKE_KEY, MODELS
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -50,6 +50,9 @@ async def test_the_model_writes_the_title_after_the_first_answer(connect, alice,
     row = await Usage.objects.aget(source=Usage.Source.TITLE)
     assert row.user_id == alice.pk and row.status == "complete" and row.message_id is None
     assert row.completion_tokens > 0 and row.reserved_tokens > titles.MAX_TOKENS  # reserved against the budget
+    chat = await Usage.objects.aget(source=Usage.Source.CHAT)
+    spent = await sync_to_async(budgets.month_spent)(alice)
+    assert spent.tokens == chat.total_tokens + row.total_tokens  # the title counts in the month's budget
 
     # A second answer in the same conversation asks for no other title.
     await ws.send(type="send", conversation=started["conversation"], content="And Grenoble?")
@@ -101,6 +104,16 @@ async def test_a_failed_title_request_falls_back_to_the_first_line(connect, alic
     assert fake.app.last().body["model"] == "no-such-model" and fake.app.last().status == 404
     row = await Usage.objects.aget(source=Usage.Source.TITLE)
     assert row.status == "failed" and row.model == "no-such-model" and "404" in row.error
+
+
+async def test_over_budget_no_title_is_asked_and_the_first_line_stays(connect, alice, providers, fake):
+    # The answer itself may start (nothing spent yet); after it the month's 50 tokens are used up.
+    await Budget.objects.acreate(user=alice, tokens=50)
+    _, _, ws = await connect(alice)
+    frames = await first_turn(ws, "Quarterly *numbers* [[chunks:40]]")
+    assert frames[-1]["title"] == "Quarterly numbers"
+    assert title_requests(fake) == []
+    assert not await Usage.objects.filter(source=Usage.Source.TITLE).aexists()
 
 
 def test_a_models_title_is_cleaned_of_markdown_quotes_and_labels():
