@@ -121,4 +121,5 @@ def test_a_models_title_is_cleaned_of_markdown_quotes_and_labels():
     assert Conversation.clean_title("\n\n# `Budget` [[x]] review\n") == "Budget review"
     assert Conversation.clean_title("“Quarterly numbers”") == "Quarterly numbers"
     assert Conversation.clean_title("  \n") == ""
+    assert Conversation.clean_title("<think>\nA title about\nbudgets\n</think>\n\nBudget talk") == "Budget talk"
     assert len(Conversation.clean_title("word " * 40)) == 60

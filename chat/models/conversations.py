@@ -61,6 +61,7 @@ _LEAD_RE = re.compile(r"^\s*(?:#{1,6}\s+|>\s*|[-*+]\s+|\d{1,9}[.)]\s+)+")
 _MARKS_RE = re.compile(r"(\*\*|__|~~|`+|(?<!\w)[*_](?=\S)|(?<=\S)[*_](?!\w))")
 
 
+_THINK_RE = re.compile(r"<think>.*?(?:</think>|$)", re.DOTALL | re.IGNORECASE)
 _TITLE_LABEL_RE = re.compile(r"^\s*title\s*:\s*", re.IGNORECASE)
 _TITLE_TRIM = " \t\"'`“”‘’«».:"
 
@@ -110,7 +111,7 @@ class Conversation(models.Model):
     def clean_title(text: str) -> str:
         """A model-written title as plain text: its first line with words, no markdown, quotes or
         [[directives]], no "Title:" label or final full stop, at most 60 characters; "" if none."""
-        lines = (_plain(line) for line in text.splitlines())
+        lines = (_plain(line) for line in _THINK_RE.sub("", text).splitlines())  # some models think aloud
         line = next((line for line in lines if line), "")
         line = _TITLE_LABEL_RE.sub("", line).strip(_TITLE_TRIM)
         return line if len(line) <= 60 else line[:59].rstrip() + "…"
