@@ -43,6 +43,9 @@ def test_slash_lists_the_presets_filters_as_typed_and_one_chosen_applies_to_the_
     box.press("Escape")  # closes the list; the text stays and nothing is sent
     expect(menu).to_be_hidden()
     expect(box).to_have_value("/tr")
+    box.press_sequentially("zz")
+    expect(options).to_have_count(0)
+    expect(menu).to_contain_text("No preset matches.")
 
     box.fill("")
     box.press("/")

@@ -192,7 +192,7 @@ export class PresetMenu {
       if (count) this.active = (this.active + (event.key === "ArrowDown" ? 1 : count - 1)) % count;
       this.highlight();
     } else if ((event.key === "Enter" && !event.shiftKey) || event.key === "Tab") {
-      if (!count) return event.key === "Enter" ? this.stop(event) : this.close();
+      if (!count) return this.close(); // nothing to choose: Enter sends the text as typed
       this.choose(this.active);
     } else if (event.key === "Escape") {
       this.close();
