@@ -140,3 +140,21 @@ async def test_a_default_model_no_longer_offered_falls_back_to_the_site_default(
     await ws.send(type="send", conversation=None, content="Hello")
     started = (await ws.until("done"))[0]
     assert started["model"] == MODELS["i14"] and fake.app.last().body["model"] == MODELS["i14"]
+
+
+def test_staff_see_and_publish_presets_in_the_admin(alice, django_user_model):
+    preset = PromptPreset.objects.create(owner=alice, name="Summary", text="Summarise:")
+    admin = client_for(django_user_model.objects.create_superuser("stella", password="stella-secret-pw"))
+    listing = admin.get("/admin/chat/promptpreset/")
+    assert listing.status_code == 200 and "Summary" in listing.content.decode()
+    form = admin.get(f"/admin/chat/promptpreset/{preset.pk}/change/")
+    assert form.status_code == 200
+    response = admin.post(f"/admin/chat/promptpreset/{preset.pk}/change/", {
+        "owner": alice.pk, "name": "Summary", "text": "Summarise:", "system_prompt": "", "model": "",
+        "params": "{}", "published": "on", "updated_0": "2026-11-30", "updated_1": "12:00:00",
+    })  # fmt: skip
+    assert response.status_code == 302, response.content.decode()[:2000]
+    preset.refresh_from_db()
+    assert preset.published
+    assert call(client_for(alice), "get", "/api/presets").json()["presets"][0]["published"] is True
+    assert admin.get("/admin/chat/chatdefaults/").status_code == 200
