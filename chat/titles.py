@@ -64,7 +64,8 @@ def wanted(conversation_id: int, reply_id: int) -> Request | None:
     if earlier.exists():
         return None
     messages = [
-        {"role": "user", "content": first.content[:EXCERPT_CHARS]},
+        # A message of attachments alone has no text: its title (the first file's name) stands in.
+        {"role": "user", "content": (first.content or conversation.title)[:EXCERPT_CHARS]},
         {"role": "assistant", "content": reply.content[:EXCERPT_CHARS]},
         {"role": "user", "content": INSTRUCTION},
     ]
