@@ -92,7 +92,7 @@ def preset_fields(user, body: dict[str, Any], *, partial: bool) -> dict[str, Any
         if body["published"] and not user.is_staff:
             raise ChatError("forbidden", _("Only staff may publish presets to everyone."))
         fields["published"] = body["published"]
-    if not partial and not (fields.get("text") or "").strip():
+    if ("text" in fields or not partial) and not (fields.get("text") or "").strip():
         raise ChatError("bad_field", _("A preset needs a text to insert."))
     return fields
 

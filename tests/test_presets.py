@@ -45,6 +45,7 @@ def test_presets_are_private_to_their_owner(alice, bob):
     assert call(theirs, "delete", url).status_code == 404
     assert PromptPreset.objects.get().name == "Review"
 
+    assert call(mine, "patch", url, {"text": "  "}).json()["error"]["code"] == "bad_field"
     changed = call(mine, "patch", url, {"name": "Code review", "params": {"temperature": None, "max_tokens": 300}})
     assert changed.status_code == 200 and changed.json()["name"] == "Code review"
     assert changed.json()["params"] == {"max_tokens": 300}
