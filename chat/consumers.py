@@ -15,7 +15,7 @@ from django.conf import settings
 from . import busy, generation, params, process, sessions
 from .generation import Job, conversation_group, frame, snapshot_frames
 from .limits import FRAME_LIMIT_CLOSE_CODE, FrameLimiter
-from .models import ChatError, Conversation, Message, Provider, access_for, begin_turn, branches
+from .models import ChatDefaults, ChatError, Conversation, Message, Provider, access_for, begin_turn, branches
 from .models.attachments import MAX_PER_MESSAGE as MAX_ATTACHMENTS
 
 # Frames that start a stream re-check the session first (cached for CHAT_SESSION_CHECK_SECONDS).
@@ -298,8 +298,17 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             if stored is None:
                 raise ChatError("not_found", "No such conversation.")
             model = model or stored
+        asked = model
+        if conversation_id is None:  # a new chat: what it does not set comes from the person's defaults
+            defaults = await ChatDefaults.aof(self.user)
+            model, params, turn["system_prompt"] = defaults.apply(model, params, turn.get("system_prompt"))
         access = await access_for(self.user)
-        entry = await Provider.objects.aresolve(model, access)
+        try:
+            entry = await Provider.objects.aresolve(model, access)
+        except ChatError:
+            if model == asked:
+                raise
+            entry = await Provider.objects.aresolve(asked, access)  # a default model no longer offered
         if conversation_id is None and turn.get("system_prompt") is None and access.system_prompt:
             turn["system_prompt"] = access.system_prompt  # the group's default for a new chat
         await process.ensure_started()
@@ -387,6 +396,10 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             await self.send(text_data=event["text"])
             for text in event.get("parts", ()):  # a long reply's snapshot, frame by frame
                 await self.send(text_data=text)
+
+    async def chat_title(self, event: dict) -> None:
+        """A model wrote the title of one of this user's conversations (chat/titles.py)."""
+        await self.send(text_data=event["text"])
 
     async def chat_done(self, event: dict) -> None:
         message_id = event["message"]

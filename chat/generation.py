@@ -410,6 +410,12 @@ class Generation:
             job.conversation_id, job.message_id, status, state.finish_reason, frame_usage, error,
             thinking_ms=self.thinking_ms, tool_calls=state.tool_call_list,
         )  # fmt: skip
+        if status == Message.Status.COMPLETE and settings.CHAT_TITLES:
+            # After `done`, never before it: the title is written in the background (chat/titles.py).
+            from . import titles
+
+            writing = titles.write(job.conversation_id, job.message_id)
+            track(asyncio.create_task(writing, name=f"title-{job.message_id}"))
 
     async def _store_final(self, status: str, error: str, usage: dict[str, Any]) -> bool:
         """The final save, retried with backoff for CHAT_FINAL_SAVE_SECONDS; False if it never landed."""

@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from . import api, attachment_views, dashboard_views, diagram_views, invites, organise, share_views, views
+from . import api, attachment_views, dashboard_views, diagram_views, invites, organise, preset_views, share_views, views
 from .accounts import sign_in_view
 
 urlpatterns = [
@@ -35,6 +35,9 @@ urlpatterns = [
     path("api/attachments", attachment_views.upload, name="attachments"),
     path("api/attachments/<int:attachment_id>", attachment_views.attachment, name="attachment"),
     path("api/conversations/<int:conversation_id>", views.conversation, name="conversation-detail"),
+    path("api/presets", preset_views.presets, name="presets"),
+    path("api/presets/<int:preset_id>", preset_views.preset, name="preset"),
+    path("api/defaults", preset_views.defaults, name="defaults"),
     path("settings/", views.settings_page, name="settings"),
     path("settings/tokens/", views.tokens, name="tokens"),
     path("settings/delete-conversations/", organise.delete_all, name="delete-conversations"),

@@ -60,7 +60,7 @@ def api(view):
         try:
             return view(request, *args, **kwargs)
         except ChatError as exc:
-            return error(404 if exc.code == "not_found" else 400, exc.code, exc.detail)
+            return error({"not_found": 404, "forbidden": 403}.get(exc.code, 400), exc.code, exc.detail)
 
     return wrapper
 
@@ -152,7 +152,8 @@ def update(conversation: Conversation, body: dict) -> None:
         if not isinstance(title, str) or not title.strip():
             raise ChatError("bad_field", "`title` must be a non-empty string.")
         conversation.title = title.strip()[:MAX_TITLE]
-        fields.append("title")
+        conversation.title_locked = True  # renamed by its owner: never retitled by a model (chat/titles.py)
+        fields += ["title", "title_locked"]
     if "system_prompt" in body:
         if body["system_prompt"] is None:
             raise ChatError("bad_field", "`system_prompt` must be a string.")
@@ -229,6 +230,7 @@ def message_json(message: Message) -> dict:
 # Each section of /settings/ may add a module script here (a path under static/).
 SETTINGS_SCRIPTS: list[str] = []
 SETTINGS_SCRIPTS.append("chat/data.js")  # settings/data.html: export, import, share links
+SETTINGS_SCRIPTS.append("settings/presets.js")  # defaults for new chats, prompt presets
 
 
 @login_required

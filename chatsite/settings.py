@@ -340,6 +340,11 @@ CHAT_SHOW_REVIEWS = env_bool("CHAT_SHOW_REVIEWS", False)
 CHAT_PUBLIC_SHARES = env_bool("CHAT_PUBLIC_SHARES", False)
 # The largest JSON export accepted by the import (within REQUEST_MAX_BYTES and nginx's client_max_body_size).
 CHAT_IMPORT_MAX_BYTES = env_number("CHAT_IMPORT_MAX_BYTES", 2_000_000)
+# Titles written by a model after a conversation's first answer (chat/titles.py), metered like any
+# stream; the model: CHAT_TITLE_MODEL (a model id or provider/model, used whatever models the person may
+# pick), empty: the conversation's own.
+CHAT_TITLES = env_bool("CHAT_TITLES", True)
+CHAT_TITLE_MODEL = env("CHAT_TITLE_MODEL", "")
 # How long a finished answer's final save is retried (with backoff) before giving up.
 CHAT_FINAL_SAVE_SECONDS = env_number("CHAT_FINAL_SAVE_SECONDS", 120.0, float)
 # The OpenAI-compatible API (/v1/): a comment line this often while the upstream is silent,

@@ -43,6 +43,13 @@ def static_files():
     call_command("collectstatic", interactive=False, verbosity=0)
 
 
+@pytest.fixture(autouse=True)
+def no_titles(settings):
+    """Model-written titles (chat/titles.py) are one more upstream request and usage row after a first
+    answer, which most tests do not expect: off, unless a test turns them on (tests/test_titles.py)."""
+    settings.CHAT_TITLES = False
+
+
 @pytest.fixture(scope="session")
 def server(django_db_setup, django_db_blocker):
     """The real server (daphne, in a subprocess) on the test database, for the whole session."""

@@ -13,6 +13,7 @@
 - folders: a person's folders of conversations (pin and archive are fields of Conversation)
 - reviews: reads of a conversation by someone other than its owner
 - shares: read-only links to a conversation
+- presets: a person's prompt presets and defaults for a new chat
 - chat/budgets.py: prices and monthly budgets (their models are re-exported here too)
 """
 
@@ -31,6 +32,7 @@ from .conversations import (
 )
 from .folders import Folder, FolderQuerySet
 from .invites import Invite, InviteQuerySet
+from .presets import ChatDefaults, PromptPreset, PromptPresetQuerySet
 from .providers import (
     DEMO_MODEL,
     DEMO_PROVIDER,
@@ -62,6 +64,7 @@ __all__ = [
     "AttachmentQuerySet",
     "Budget",
     "CatalogEntry",
+    "ChatDefaults",
     "ChatError",
     "Conversation",
     "ConversationQuerySet",
@@ -79,6 +82,8 @@ __all__ = [
     "PersonDay",
     "PersonMonth",
     "Price",
+    "PromptPreset",
+    "PromptPresetQuerySet",
     "Provider",
     "ProviderQuerySet",
     "Share",

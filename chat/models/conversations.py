@@ -74,6 +74,11 @@ _LEAD_RE = re.compile(r"^\s*(?:#{1,6}\s+|>\s*|[-*+]\s+|\d{1,9}[.)]\s+)+")
 _MARKS_RE = re.compile(r"(\*\*|__|~~|`+|(?<!\w)[*_](?=\S)|(?<=\S)[*_](?!\w))")
 
 
+_THINK_RE = re.compile(r"<think>.*?(?:</think>|$)", re.DOTALL | re.IGNORECASE)
+_TITLE_LABEL_RE = re.compile(r"^\s*title\s*:\s*", re.IGNORECASE)
+_TITLE_TRIM = " \t\"'`“”‘’«».:"
+
+
 def _plain(line: str) -> str:
     line = _DIRECTIVE_RE.sub(" ", line)
     line = _IMAGE_RE.sub(r"\1", line)
@@ -85,6 +90,8 @@ def _plain(line: str) -> str:
 class Conversation(models.Model):
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="conversations")
     title = models.CharField(max_length=200, blank=True)
+    # Renamed by its owner: a model-written title (chat/titles.py) never replaces theirs.
+    title_locked = models.BooleanField(default=False)
     model = models.CharField(max_length=MODEL_MAX_LENGTH, blank=True, help_text="The model of the last stream.")
     system_prompt = models.TextField(blank=True)
     params = models.JSONField(default=dict, blank=True)
@@ -122,6 +129,15 @@ class Conversation(models.Model):
         """The first line with words, as plain text: no markdown marks, no [[directives]], at most 60 characters."""
         lines = (_plain(line) for line in text.splitlines())
         line = next((line for line in lines if line), "New chat")
+        return line if len(line) <= 60 else line[:59].rstrip() + "…"
+
+    @staticmethod
+    def clean_title(text: str) -> str:
+        """A model-written title as plain text: its first line with words, no markdown, quotes or
+        [[directives]], no "Title:" label or final full stop, at most 60 characters; "" if none."""
+        lines = (_plain(line) for line in _THINK_RE.sub("", text).splitlines())  # some models think aloud
+        line = next((line for line in lines if line), "")
+        line = _TITLE_LABEL_RE.sub("", line).strip(_TITLE_TRIM)
         return line if len(line) <= 60 else line[:59].rstrip() + "…"
 
     def merge_params(self, params: dict) -> None:

@@ -44,6 +44,9 @@ class Usage(models.Model):
     class Source(models.TextChoices):
         CHAT = "chat", "via chat"
         API = "api", "via API"
+        # A conversation's title written by a model (chat/titles.py). Four letters: the daily
+        # summaries' source columns (chat/models/rollups.py) are that wide.
+        TITLE = "titl", "title of a chat"
 
     class CostSource(models.TextChoices):
         REPORTED = "reported", "reported by the upstream"

@@ -5,6 +5,7 @@ import { applyTree, handleBranchClicks, updateBranchControls } from "./branches.
 import { t } from "./i18n.js";
 import { MessageView } from "./messages.js";
 import { handleCopyClicks } from "./render.js";
+import { NewChatSetup, PresetMenu } from "./presets.js";
 import { ModelPicker, SettingsPanel } from "./settings.js";
 import { ShareDialog } from "./share.js";
 import { BudgetMeter, Sidebar } from "./sidebar.js";
@@ -227,6 +228,7 @@ function newChat({ push = true } = {}) {
   sidebar.setActive(null);
   picker.choose(null);
   settings.fill(null);
+  setup.fill(); // the person's defaults (presets.js)
   if (push && location.pathname !== "/") history.pushState({}, "", "/");
   closeSidebar();
   updateComposer();
@@ -304,7 +306,7 @@ function sendMessage() {
     return;
   }
   const frame = { type: "send", conversation: state.conversation, content, model: picker.value };
-  if (state.conversation === null) Object.assign(frame, settings.forNewChat());
+  if (state.conversation === null) Object.assign(frame, setup.forNewChat(settings.forNewChat()));
   const attachments = tray.ready;
   if (attachments.length) frame.attachments = attachments.map((attachment) => attachment.id);
   const view = new MessageView({ id: null, role: "user", content, status: "pending", attachments });
@@ -528,6 +530,11 @@ function onFrame(frame) {
       // The path shown changed (here or in another tab): show it as stored.
       if (frame.conversation === state.conversation) openConversation(frame.conversation, { push: false });
       return undefined;
+    case "title": // a model wrote a conversation's title
+      sidebar.setTitle(frame.conversation, frame.title);
+      sidebar.refresh(); // a refresh asked for at `done` may have read the title before it changed
+      if (frame.conversation === state.conversation) setTitle(frame.title);
+      return undefined;
     default:
       return undefined;
   }
@@ -545,6 +552,13 @@ const budget = new BudgetMeter();
 const picker = new ModelPicker($("model"));
 const settings = new SettingsPanel({ conversation: () => state.conversation, onError: showNotice });
 new ShareDialog({ conversation: () => state.conversation }); // its own button in the topbar
+const setup = new NewChatSetup({ picker, settings });
+new PresetMenu({
+  input: ui.input,
+  composer: ui.composer,
+  onChoose: (preset) => setup.apply(preset, state.conversation === null),
+  onError: showNotice,
+});
 const tray = new AttachmentTray({
   list: $("attachment-chips"),
   button: $("attach"),
@@ -689,9 +703,12 @@ window.addEventListener("popstate", () => route());
 
 sidebar.refresh();
 budget.refresh();
+const defaultsLoaded = setup.load().catch(() => {}); // without them a new chat starts as it did
 picker
   .load()
   .then(() => picker.choose(state.model))
+  .then(() => defaultsLoaded)
+  .then(() => state.conversation === null && state.pending === null && setup.fill())
   .catch((error) => showNotice(`Could not load the models: ${error.message}`));
 if (config.conversation) openConversation(config.conversation, { push: false });
 else newChat({ push: false });
