@@ -68,31 +68,43 @@ DOCUMENTS = [
     "```mermaid\ngraph TD\n  A --> B\n```\n",
     "Setext heading\n===\n\nAnd a table\n\na | b\n--|--\n1 | 2",
     "~~~\nunclosed fence at the end, still streaming",
+    # Hostile markup: sanitized the same, whole or in pieces.
+    "<img src=x onerror=alert(1)> <script>alert(2)</script> [click](javascript:alert(3)) and "
+    '![pixel](https://tracker.example/p.png "t") ![local](/static/x.png)\n\n<div onclick="alert(5)">raw</div>\n',
+    # A display formula inside a paragraph (the HTML parser moves it out) and a table.
+    "Before $$x^2$$ after, **bold**.\n\n| a | b |\n|---|---|\n| `1` | [2](https://example.com/) |\n",
+    "```\n" + "a < b && c > d & 'e' \"f\"\n" * 60 + "```\n",
 ]
 
 
 def test_a_streamed_answer_ends_exactly_as_a_full_render_of_its_text(watched):
-    """Whatever the pieces it arrives in, the finished answer is what rendering the whole text gives."""
+    """Whatever the pieces it arrives in, the finished answer is what rendering the whole text gives;
+    also when its finished blocks are rendered in slices (forced here for every block, in pieces of
+    HTML of a few characters, so that every kind of cut is met)."""
     mismatches = watched.evaluate(
         """async (documents) => {
             const { StreamRenderer, renderMarkdown } = await import("/static/chat/render.js");
             const thread = document.getElementById("thread");
             const bad = [];
             for (const [index, text] of documents.entries()) {
-                for (const size of [1, 3, 17, 160, 5000]) {
+                for (const [size, options] of [[1, {}], [3, {}], [17, {}], [160, {}], [5000, {}],
+                                               [7, { sliceAbove: 0, piece: 5 }], [160, { sliceAbove: 0, piece: 40 }],
+                                               [5000, { sliceAbove: 0, piece: 1 }]]) {
                     const root = document.createElement("div");
                     thread.append(root);
-                    const renderer = new StreamRenderer(root);
+                    const renderer = new StreamRenderer(root, null, options);
                     for (let i = 0; i < text.length; i += size) {
                         renderer.append(text.slice(i, i + size));
                         renderer.flush();
                     }
-                    renderer.finish();
+                    await renderer.finish();
                     const whole = document.createElement("div");
                     whole.append(renderMarkdown(text));
                     // Diagrams are drawn later, in the background: compare the HTML as rendered.
-                    if (root.innerHTML !== whole.innerHTML) {
-                        bad.push({ index, size, got: root.innerHTML.slice(0, 300) });
+                    const html = (element) => element.innerHTML.replace(/ data-diagram="[a-z]+"/g, "");
+                    const busy = root.hasAttribute("aria-busy");
+                    if (html(root) !== html(whole) || busy) {
+                        bad.push({ index, size, options, busy, got: root.innerHTML.slice(0, 300) });
                     }
                     root.remove();
                 }
@@ -102,6 +114,33 @@ def test_a_streamed_answer_ends_exactly_as_a_full_render_of_its_text(watched):
         DOCUMENTS,
     )
     assert mismatches == []
+
+
+def test_a_long_block_is_rendered_in_slices_to_the_same_nodes_as_at_once(watched):
+    """The final render of a long block, cut into pieces of HTML sanitized one by one, builds the very
+    nodes of a whole render: one text node where the whole has one, and nothing a piece could add."""
+    result = watched.evaluate(
+        """async (documents) => {
+            const { renderMarkdown } = await import("/static/chat/render.js");
+            const { renderInSlices } = await import("/static/chat/render-slices.js");
+            // Diagrams are drawn once shown: their data-diagram state is left out.
+            const shape = (node) => node.nodeType === Node.TEXT_NODE ? node.data
+                : [node.nodeName, [...(node.attributes || [])].filter((a) => a.name !== "data-diagram")
+                       .map((a) => `${a.name}=${a.value}`).join(" "),
+                   [...node.childNodes].map(shape)];
+            const bad = [];
+            for (const [index, text] of documents.entries()) {
+                const whole = JSON.stringify(shape(renderMarkdown(text)));
+                for (const piece of [1, 13, 400]) {
+                    const sliced = JSON.stringify(shape(await renderInSlices(text, { piece })));
+                    if (sliced !== whole) bad.push({ index, piece, sliced: sliced.slice(0, 300) });
+                }
+            }
+            return bad;
+        }""",
+        DOCUMENTS,
+    )
+    assert result == []
 
 
 def test_an_open_paragraph_and_an_open_code_block_grow_without_being_rendered_again(watched):
