@@ -22,9 +22,14 @@ document.addEventListener("securitypolicyviolation", (e) => {
   window.__csp.push(`${e.violatedDirective} ${e.blockedURI} ${(e.target?.outerHTML || "").slice(0, 200)}`);
 });
 window.__tasks = [];
-new PerformanceObserver((list) => {
-  for (const entry of list.getEntries()) window.__tasks.push(entry.duration);
-}).observe({ type: "longtask", buffered: true });
+window.__longTasks = new PerformanceObserver((list) => {
+  for (const entry of list.getEntries()) window.__tasks.push([entry.startTime, entry.duration]);
+});
+window.__longTasks.observe({ type: "longtask", buffered: true });
+window.__ended = [];
+new MutationObserver((records) => {
+  for (const record of records) if (record.oldValue === "streaming") window.__ended.push(performance.now());
+}).observe(document, { subtree: true, attributeFilter: ["data-status"], attributeOldValue: true });
 """
 
 
@@ -188,17 +193,26 @@ def stream_and_measure(page, shape: str) -> dict:
     """Stream 20,000 tokens of one `shape` and return the page's long tasks meanwhile."""
     page.get_by_role("button", name="Settings").click()
     page.get_by_label("Max tokens").fill("30000")  # above the server's default of 8192
-    page.evaluate("() => { window.__tasks = []; }")
+    page.evaluate("() => { window.__tasks = []; window.__ended = []; }")
     started = time.monotonic()
     reply = send(page, f"[[shape:{shape}]] {LONG}")
     wait_done(reply, timeout=400_000)
     seconds = time.monotonic() - started
-    tasks = page.evaluate("() => window.__tasks")
+    # wait_done waited for the final render (it may come in slices after the end): let its frame be drawn.
+    tasks = page.evaluate(
+        """() => new Promise((resolve) => requestAnimationFrame(() => requestAnimationFrame(() => setTimeout(() => {
+            for (const task of window.__longTasks.takeRecords()) window.__tasks.push([task.startTime, task.duration]);
+            const closing = window.__ended.at(-1) - 1000; // the block closes with the last tokens
+            resolve({ all: window.__tasks.map((task) => task[1]),
+                      atEnd: window.__tasks.filter((task) => task[0] >= closing).map((task) => task[1]) });
+        }))))"""
+    )
     figures = {
-        "longest_ms": round(max(tasks, default=0)),
-        "total_ms": round(sum(tasks)),
-        "long_tasks": len(tasks),
-        "over_100ms": sum(1 for task in tasks if task > 100),
+        "longest_ms": round(max(tasks["all"], default=0)),
+        "total_ms": round(sum(tasks["all"])),
+        "long_tasks": len(tasks["all"]),
+        "over_100ms": sum(1 for task in tasks["all"] if task > 100),
+        "last_second_ms": [round(task) for task in tasks["atEnd"]],  # the block's close, its final render
         "stream_s": round(seconds, 1),
         "tokens_per_s": round(20_000 / seconds),
         "chars": reply.locator(".answer").evaluate("el => el.textContent.length"),
@@ -208,15 +222,14 @@ def stream_and_measure(page, shape: str) -> dict:
 
 
 # The issue's acceptance check, at 200 tokens a second: under 1 s of long tasks in all and none over
-# 100 ms. The total is met on a quiet machine (paragraph 0.26-0.41 s, longest 102-133 ms; code block
-# 0.11-0.13 s, one task of 107-126 ms: the block's full render when it closes). On 2 cores shared with
-# other test runs the same code measured up to 1.2 s and a 562 ms task, so that this test stays steady
-# there it bounds the total at 3 s, which the renderer before failed by far (25 s and 37 s on this
-# machine); the figures are printed on every run.
+# 100 ms. A block's final render is time-sliced (render-slices.js), so what is left over 50 ms is the
+# browser's layout of the closed block, once (about 50 ms for 80 kB on a quiet 2-core machine), and
+# the paints while it streams. These are wall-clock times: on a machine busy with other work they grow
+# with its load (see README, "Long answers"); CI runs the suite alone. The figures print on every run.
 
 
 def check_long_tasks(figures: dict) -> None:
-    assert figures["total_ms"] < 3000, figures
+    assert figures["longest_ms"] < 100 and figures["total_ms"] < 1000, figures
 
 
 @pytest.mark.timeout(600)
