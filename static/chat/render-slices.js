@@ -8,6 +8,9 @@ import { sanitize } from "./sanitize.js";
 
 const SLICE_MS = 8; // work at most about this long before the page may paint or handle input
 export const PIECE = 8000; // characters of HTML sanitized at once (about a millisecond's work)
+// Blocks of about this many characters of text are laid out in one frame (one block, however long,
+// is laid out at once: about 50 ms for 80 kB on a quiet 2-core machine).
+const GROUP = 16000;
 
 // Every tag marked and our renderers write; text has each "<" escaped, so a "<" always opens a tag.
 const TAG = /<(\/?)([a-zA-Z][a-zA-Z0-9-]*)\b[^>]*>/g;
@@ -213,4 +216,34 @@ export async function renderInSlices(source, { labels, piece = PIECE, cancelled 
     typesetNode(node);
   }
   return fragment;
+}
+
+/** After the page has painted: the next frame's layout is the work put in the page before it. */
+function nextFrame() {
+  return new Promise((resolve) => requestAnimationFrame(() => setTimeout(resolve)));
+}
+
+/**
+ * Puts a rendered fragment in the page in place of `shown`, its blocks in groups of about GROUP
+ * characters, one group a frame, so that the browser lays out one group at a time.
+ */
+export async function putInPlace(fragment, shown, cancelled = () => false) {
+  let group = document.createDocumentFragment();
+  let size = 0;
+  let first = true;
+  for (const node of [...fragment.childNodes]) {
+    const length = node.textContent.length;
+    if (size && size + length > GROUP) {
+      if (first) shown.replaceChildren(); // the streamed blocks go as the final ones come
+      first = false;
+      shown.before(group);
+      await nextFrame();
+      if (cancelled()) return;
+      group = document.createDocumentFragment();
+      size = 0;
+    }
+    group.append(node);
+    size += length;
+  }
+  shown.replaceWith(group);
 }

@@ -3,9 +3,17 @@
 // block is finished. A long block's final render is time-sliced (render-slices.js).
 import { drawDiagrams } from "./diagrams.js";
 import { t } from "./i18n.js";
-import { emptyCodeBlockHtml, escapeHtml, highlightHtml, inlineHtml, knownLanguage, languageOf, toHtml } from "./markdown.js";
+import {
+  emptyCodeBlockHtml,
+  escapeHtml,
+  highlightHtml,
+  inlineHtml,
+  knownLanguage,
+  languageOf,
+  toHtml,
+} from "./markdown.js";
 import { typesetMath } from "./math.js";
-import { renderInSlices, warmUp } from "./render-slices.js";
+import { putInPlace, renderInSlices, warmUp } from "./render-slices.js";
 import { sanitize } from "./sanitize.js";
 
 export { escapeHtml };
@@ -370,9 +378,9 @@ export class StreamRenderer {
 
   /**
    * `text`'s finished blocks, rendered in slices (render-slices.js), replace `shown` (the tail they
-   * streamed in) or are put in place by `replace`. The answer is aria-busy until all are in.
+   * streamed in; with `whole`, everything in the answer). The answer is aria-busy until all are in.
    */
-  renderLater(text, shown, replace = (fragment) => shown.replaceWith(fragment)) {
+  renderLater(text, shown, { whole = false } = {}) {
     shown.classList.add("md-pending");
     const generation = this.generation;
     const cancelled = () => generation !== this.generation;
@@ -385,10 +393,12 @@ export class StreamRenderer {
         console.error(error);
         return renderMarkdown(text);
       })
-      .then((fragment) => {
+      .then(async (fragment) => {
         if (!fragment || cancelled()) return;
         drawDiagrams(fragment);
-        replace(fragment);
+        if (whole) for (const node of [...this.root.childNodes]) if (node !== shown) node.remove();
+        await putInPlace(fragment, shown, cancelled);
+        if (cancelled()) return;
         this.slicing -= 1;
         if (!this.slicing) {
           this.root.removeAttribute("aria-busy");
@@ -410,7 +420,7 @@ export class StreamRenderer {
       if (this.source.length > this.sliceAbove) {
         this.generation += 1; // the blocks under way are in it
         this.slicing = 0;
-        this.renderLater(this.source, this.tail, (fragment) => this.root.replaceChildren(fragment));
+        this.renderLater(this.source, this.tail, { whole: true });
       } else {
         this.root.replaceChildren(renderMarkdown(this.source));
       }
