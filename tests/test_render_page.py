@@ -85,7 +85,7 @@ DOCUMENTS = [
 def test_a_streamed_answer_ends_exactly_as_a_full_render_of_its_text(watched):
     """Whatever the pieces it arrives in, the finished answer is what rendering the whole text gives;
     also when its finished blocks are rendered in slices (forced here for every block, in pieces of
-    HTML of a few characters, so that every kind of cut is met)."""
+    HTML of a few characters, so that every kind of cut is met, and put in the page a few at a time)."""
     mismatches = watched.evaluate(
         """async (documents) => {
             const { StreamRenderer, renderMarkdown } = await import("/static/chat/render.js");
@@ -93,8 +93,9 @@ def test_a_streamed_answer_ends_exactly_as_a_full_render_of_its_text(watched):
             const bad = [];
             for (const [index, text] of documents.entries()) {
                 for (const [size, options] of [[1, {}], [3, {}], [17, {}], [160, {}], [5000, {}],
-                                               [7, { sliceAbove: 0, piece: 5 }], [160, { sliceAbove: 0, piece: 40 }],
-                                               [5000, { sliceAbove: 0, piece: 1 }]]) {
+                                               [7, { sliceAbove: 0, piece: 5, group: 1 }],
+                                               [160, { sliceAbove: 0, piece: 40 }],
+                                               [5000, { sliceAbove: 0, piece: 1, group: 30 }]]) {
                     const root = document.createElement("div");
                     thread.append(root);
                     const renderer = new StreamRenderer(root, null, options);

@@ -8,9 +8,11 @@ import { sanitize } from "./sanitize.js";
 
 const SLICE_MS = 8; // work at most about this long before the page may paint or handle input
 export const PIECE = 8000; // characters of HTML sanitized at once (about a millisecond's work)
-// Blocks of about this many characters of text are laid out in one frame (one block, however long,
-// is laid out at once: about 50 ms for 80 kB on a quiet 2-core machine).
+// Blocks of about this many characters of text are put in the page in one frame at first, then
+// more (never fewer) while a frame takes under FRAME_MS (one block, however long, is laid out at once:
+// about 50 ms for 80 kB on a quiet 2-core machine).
 const GROUP = 16000;
+const FRAME_MS = 40;
 
 // Every tag marked and our renderers write; text has each "<" escaped, so a "<" always opens a tag.
 const TAG = /<(\/?)([a-zA-Z][a-zA-Z0-9-]*)\b[^>]*>/g;
@@ -34,6 +36,7 @@ export function nextTask() {
 let worker = null; // a Worker, or false where none can run: the main thread renders then
 let counter = 0;
 const requests = new Map(); // id -> { resolve, reject }
+const WORKER_WAIT_MS = 30_000; // then the page renders the block itself
 
 function markdownWorker() {
   if (worker === null) {
@@ -72,6 +75,10 @@ async function htmlOf(source, options) {
       return await new Promise((resolve, reject) => {
         requests.set(id, { resolve, reject });
         target.postMessage({ id, source, options });
+        setTimeout(() => {
+          requests.delete(id);
+          reject(new Error("the markdown worker did not answer"));
+        }, WORKER_WAIT_MS);
       });
     } catch {
       // fall through: rendered here
@@ -224,21 +231,26 @@ function nextFrame() {
 }
 
 /**
- * Puts a rendered fragment in the page in place of `shown`, its blocks in groups of about GROUP
- * characters, one group a frame, so that the browser lays out one group at a time.
+ * Puts a rendered fragment in the page in place of `shown`, its blocks in groups of about `group`
+ * characters to start with, one group a frame, so that the browser lays out one group at a time.
  */
-export async function putInPlace(fragment, shown, cancelled = () => false) {
+export async function putInPlace(fragment, shown, { cancelled = () => false, group: least = GROUP } = {}) {
+  let most = least;
   let group = document.createDocumentFragment();
   let size = 0;
   let first = true;
   for (const node of [...fragment.childNodes]) {
     const length = node.textContent.length;
-    if (size && size + length > GROUP) {
+    if (size && size + length > most) {
       if (first) shown.replaceChildren(); // the streamed blocks go as the final ones come
       first = false;
+      const start = performance.now();
       shown.before(group);
       await nextFrame();
       if (cancelled()) return;
+      const took = performance.now() - start; // the frame, with the layout of this group
+      // Never fewer than `least`: on a busy machine every frame is slow, whatever it holds.
+      most = Math.max(least, Math.min(most * 4, (most * FRAME_MS) / Math.max(took, 1)));
       group = document.createDocumentFragment();
       size = 0;
     }

@@ -249,12 +249,13 @@ const GENERIC = "generic";
  * arrived when it is one paragraph or one code block, however long that grows.
  */
 export class StreamRenderer {
-  /** `sliceAbove` and `piece` (tests): see SLICE_ABOVE and render-slices.js PIECE. */
-  constructor(root, onPaint, { sliceAbove = SLICE_ABOVE, piece } = {}) {
+  /** `sliceAbove`, `piece` and `group` (tests): see SLICE_ABOVE, render-slices.js PIECE and GROUP. */
+  constructor(root, onPaint, { sliceAbove = SLICE_ABOVE, piece, group } = {}) {
     this.root = root;
     this.onPaint = onPaint || (() => {});
     this.sliceAbove = sliceAbove;
     this.piece = piece;
+    this.group = group;
     this.source = "";
     this.frame = 0;
     this.timer = 0;
@@ -397,8 +398,11 @@ export class StreamRenderer {
         if (!fragment || cancelled()) return;
         drawDiagrams(fragment);
         if (whole) for (const node of [...this.root.childNodes]) if (node !== shown) node.remove();
-        await putInPlace(fragment, shown, cancelled);
-        if (cancelled()) return;
+        await putInPlace(fragment, shown, { cancelled, group: this.group });
+      })
+      .catch((error) => console.error(error))
+      .finally(() => {
+        if (cancelled()) return; // reset: nothing of this is in the page any more
         this.slicing -= 1;
         if (!this.slicing) {
           this.root.removeAttribute("aria-busy");
