@@ -80,6 +80,8 @@ def wait_longer_while_streaming(page: Page, reply: Locator, than: int) -> int:
 
 def wait_done(reply: Locator, status: str = "complete", timeout: float = 30_000) -> None:
     expect(reply).to_have_attribute("data-status", status, timeout=timeout)
+    # A long answer's last blocks may still be rendering in slices (render.js): aria-busy until in.
+    expect(reply.locator(".answer")).not_to_have_attribute("aria-busy", "true", timeout=timeout)
 
 
 def screenshot(page: Page, name: str) -> None:

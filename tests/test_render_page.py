@@ -22,9 +22,14 @@ document.addEventListener("securitypolicyviolation", (e) => {
   window.__csp.push(`${e.violatedDirective} ${e.blockedURI} ${(e.target?.outerHTML || "").slice(0, 200)}`);
 });
 window.__tasks = [];
-new PerformanceObserver((list) => {
-  for (const entry of list.getEntries()) window.__tasks.push(entry.duration);
-}).observe({ type: "longtask", buffered: true });
+window.__longTasks = new PerformanceObserver((list) => {
+  for (const entry of list.getEntries()) window.__tasks.push([entry.startTime, entry.duration]);
+});
+window.__longTasks.observe({ type: "longtask", buffered: true });
+window.__ended = [];
+new MutationObserver((records) => {
+  for (const record of records) if (record.oldValue === "streaming") window.__ended.push(performance.now());
+}).observe(document, { subtree: true, attributeFilter: ["data-status"], attributeOldValue: true });
 """
 
 
@@ -68,31 +73,44 @@ DOCUMENTS = [
     "```mermaid\ngraph TD\n  A --> B\n```\n",
     "Setext heading\n===\n\nAnd a table\n\na | b\n--|--\n1 | 2",
     "~~~\nunclosed fence at the end, still streaming",
+    # Hostile markup: sanitized the same, whole or in pieces.
+    "<img src=x onerror=alert(1)> <script>alert(2)</script> [click](javascript:alert(3)) and "
+    '![pixel](https://tracker.example/p.png "t") ![local](/static/x.png)\n\n<div onclick="alert(5)">raw</div>\n',
+    # A display formula inside a paragraph (the HTML parser moves it out) and a table.
+    "Before $$x^2$$ after, **bold**.\n\n| a | b |\n|---|---|\n| `1` | [2](https://example.com/) |\n",
+    "```\n" + "a < b && c > d & 'e' \"f\"\n" * 60 + "```\n",
 ]
 
 
 def test_a_streamed_answer_ends_exactly_as_a_full_render_of_its_text(watched):
-    """Whatever the pieces it arrives in, the finished answer is what rendering the whole text gives."""
+    """Whatever the pieces it arrives in, the finished answer is what rendering the whole text gives;
+    also when its finished blocks are rendered in slices (forced here for every block, in pieces of
+    HTML of a few characters, so that every kind of cut is met, and put in the page a few at a time)."""
     mismatches = watched.evaluate(
         """async (documents) => {
             const { StreamRenderer, renderMarkdown } = await import("/static/chat/render.js");
             const thread = document.getElementById("thread");
             const bad = [];
             for (const [index, text] of documents.entries()) {
-                for (const size of [1, 3, 17, 160, 5000]) {
+                for (const [size, options] of [[1, {}], [3, {}], [17, {}], [160, {}], [5000, {}],
+                                               [7, { sliceAbove: 0, piece: 5, group: 1 }],
+                                               [160, { sliceAbove: 0, piece: 40 }],
+                                               [5000, { sliceAbove: 0, piece: 1, group: 30 }]]) {
                     const root = document.createElement("div");
                     thread.append(root);
-                    const renderer = new StreamRenderer(root);
+                    const renderer = new StreamRenderer(root, null, options);
                     for (let i = 0; i < text.length; i += size) {
                         renderer.append(text.slice(i, i + size));
                         renderer.flush();
                     }
-                    renderer.finish();
+                    await renderer.finish();
                     const whole = document.createElement("div");
                     whole.append(renderMarkdown(text));
                     // Diagrams are drawn later, in the background: compare the HTML as rendered.
-                    if (root.innerHTML !== whole.innerHTML) {
-                        bad.push({ index, size, got: root.innerHTML.slice(0, 300) });
+                    const html = (element) => element.innerHTML.replace(/ data-diagram="[a-z]+"/g, "");
+                    const busy = root.hasAttribute("aria-busy");
+                    if (html(root) !== html(whole) || busy) {
+                        bad.push({ index, size, options, busy, got: root.innerHTML.slice(0, 300) });
                     }
                     root.remove();
                 }
@@ -102,6 +120,33 @@ def test_a_streamed_answer_ends_exactly_as_a_full_render_of_its_text(watched):
         DOCUMENTS,
     )
     assert mismatches == []
+
+
+def test_a_long_block_is_rendered_in_slices_to_the_same_nodes_as_at_once(watched):
+    """The final render of a long block, cut into pieces of HTML sanitized one by one, builds the very
+    nodes of a whole render: one text node where the whole has one, and nothing a piece could add."""
+    result = watched.evaluate(
+        """async (documents) => {
+            const { renderMarkdown } = await import("/static/chat/render.js");
+            const { renderInSlices } = await import("/static/chat/render-slices.js");
+            // Diagrams are drawn once shown: their data-diagram state is left out.
+            const shape = (node) => node.nodeType === Node.TEXT_NODE ? node.data
+                : [node.nodeName, [...(node.attributes || [])].filter((a) => a.name !== "data-diagram")
+                       .map((a) => `${a.name}=${a.value}`).join(" "),
+                   [...node.childNodes].map(shape)];
+            const bad = [];
+            for (const [index, text] of documents.entries()) {
+                const whole = JSON.stringify(shape(renderMarkdown(text)));
+                for (const piece of [1, 13, 400]) {
+                    const sliced = JSON.stringify(shape(await renderInSlices(text, { piece })));
+                    if (sliced !== whole) bad.push({ index, piece, sliced: sliced.slice(0, 300) });
+                }
+            }
+            return bad;
+        }""",
+        DOCUMENTS,
+    )
+    assert result == []
 
 
 def test_an_open_paragraph_and_an_open_code_block_grow_without_being_rendered_again(watched):
@@ -149,17 +194,26 @@ def stream_and_measure(page, shape: str) -> dict:
     """Stream 20,000 tokens of one `shape` and return the page's long tasks meanwhile."""
     page.get_by_role("button", name="Settings").click()
     page.get_by_label("Max tokens").fill("30000")  # above the server's default of 8192
-    page.evaluate("() => { window.__tasks = []; }")
+    page.evaluate("() => { window.__tasks = []; window.__ended = []; }")
     started = time.monotonic()
     reply = send(page, f"[[shape:{shape}]] {LONG}")
     wait_done(reply, timeout=400_000)
     seconds = time.monotonic() - started
-    tasks = page.evaluate("() => window.__tasks")
+    # wait_done waited for the final render (it may come in slices after the end): let its frame be drawn.
+    tasks = page.evaluate(
+        """() => new Promise((resolve) => requestAnimationFrame(() => requestAnimationFrame(() => setTimeout(() => {
+            for (const task of window.__longTasks.takeRecords()) window.__tasks.push([task.startTime, task.duration]);
+            const closing = window.__ended.at(-1) - 1000; // the block closes with the last tokens
+            resolve({ all: window.__tasks.map((task) => task[1]),
+                      atEnd: window.__tasks.filter((task) => task[0] >= closing).map((task) => task[1]) });
+        }))))"""
+    )
     figures = {
-        "longest_ms": round(max(tasks, default=0)),
-        "total_ms": round(sum(tasks)),
-        "long_tasks": len(tasks),
-        "over_100ms": sum(1 for task in tasks if task > 100),
+        "longest_ms": round(max(tasks["all"], default=0)),
+        "total_ms": round(sum(tasks["all"])),
+        "long_tasks": len(tasks["all"]),
+        "over_100ms": sum(1 for task in tasks["all"] if task > 100),
+        "last_second_ms": [round(task) for task in tasks["atEnd"]],  # the block's close, its final render
         "stream_s": round(seconds, 1),
         "tokens_per_s": round(20_000 / seconds),
         "chars": reply.locator(".answer").evaluate("el => el.textContent.length"),
@@ -169,15 +223,14 @@ def stream_and_measure(page, shape: str) -> dict:
 
 
 # The issue's acceptance check, at 200 tokens a second: under 1 s of long tasks in all and none over
-# 100 ms. The total is met on a quiet machine (paragraph 0.26-0.41 s, longest 102-133 ms; code block
-# 0.11-0.13 s, one task of 107-126 ms: the block's full render when it closes). On 2 cores shared with
-# other test runs the same code measured up to 1.2 s and a 562 ms task, so that this test stays steady
-# there it bounds the total at 3 s, which the renderer before failed by far (25 s and 37 s on this
-# machine); the figures are printed on every run.
+# 100 ms. A block's final render is time-sliced (render-slices.js), so what is left over 50 ms is the
+# browser's layout of the closed block, once (about 50 ms for 80 kB on a quiet 2-core machine), and
+# the paints while it streams. These are wall-clock times: on a machine busy with other work they grow
+# with its load (see README, "Long answers"); CI runs the suite alone. The figures print on every run.
 
 
 def check_long_tasks(figures: dict) -> None:
-    assert figures["total_ms"] < 3000, figures
+    assert figures["longest_ms"] < 100 and figures["total_ms"] < 1000, figures
 
 
 @pytest.mark.timeout(600)

@@ -1,10 +1,22 @@
-// Markdown to safe DOM: marked parses, highlight.js colours code, DOMPurify has the last word;
-// KaTeX (math.js) and Mermaid (diagrams.js) draw math and diagrams once their block is finished.
-import { Marked } from "../vendor/marked/marked.esm.js";
-import DOMPurify from "../vendor/dompurify/purify.es.mjs";
-import hljs from "../vendor/highlight/highlight.min.js";
+// Markdown to safe DOM: markdown.js turns it into HTML (marked, highlight.js), DOMPurify has the last
+// word (sanitize.js); KaTeX (math.js) and Mermaid (diagrams.js) draw math and diagrams once their
+// block is finished. A long block's final render is time-sliced (render-slices.js).
 import { drawDiagrams } from "./diagrams.js";
-import { mathExtension, typesetMath } from "./math.js";
+import { t } from "./i18n.js";
+import {
+  emptyCodeBlockHtml,
+  escapeHtml,
+  highlightHtml,
+  inlineHtml,
+  knownLanguage,
+  languageOf,
+  toHtml,
+} from "./markdown.js";
+import { typesetMath } from "./math.js";
+import { putInPlace, renderInSlices, warmUp } from "./render-slices.js";
+import { sanitize } from "./sanitize.js";
+
+export { escapeHtml };
 
 // A tail that is neither one open paragraph nor one open code block is rendered whole at each
 // frame; past this size its code is not highlighted (cost per frame).
@@ -26,99 +38,20 @@ const PAINT_INTERVAL = 50;
 const PART = 2000;
 const PART_LINES = 100;
 
-const ESCAPES = { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" };
-export function escapeHtml(text) {
-  return String(text).replace(/[&<>"']/g, (c) => ESCAPES[c]);
-}
+// Finished blocks longer than this (in characters of markdown) are rendered in slices, off the
+// main thread where they can be: a whole render of 80 kB took over 100 ms at once.
+const SLICE_ABOVE = 16000;
 
-let highlightCode = true; // switched off while rendering a big unfinished tail
-
-function languageOf(info) {
-  return ((info || "").match(/^\S*/) || [""])[0];
-}
-
-function codeHead(language) {
-  return (
-    `<div class="code-head"><span class="code-lang">${escapeHtml(language || "text")}</span>` +
-    `<span class="code-tools"><button type="button" class="wrap-code" aria-pressed="false" ` +
-    `aria-label="Wrap long lines">Wrap</button>` +
-    `<button type="button" class="download-code" aria-label="Download code">Download</button>` +
-    `<button type="button" class="copy-code" aria-label="Copy code">Copy</button></span></div>`
-  );
-}
-
-function codeBlock({ text, lang }) {
-  const language = languageOf(lang);
-  const known = highlightCode && language && hljs.getLanguage(language);
-  const body = known ? hljs.highlight(text, { language, ignoreIllegals: true }).value : escapeHtml(text);
-  return (
-    `<div class="code-block" data-lang="${escapeHtml(language)}">${codeHead(language)}` +
-    `<pre tabindex="0"><code class="hljs${known ? ` language-${escapeHtml(language)}` : ""}">${body}</code></pre></div>`
-  );
-}
-
-const marked = new Marked({
-  gfm: true,
-  breaks: false,
-  renderer: {
-    code: codeBlock,
-    // Raw HTML from a model is shown as text, never interpreted.
-    html({ text, block }) {
-      return block ? `<p class="raw-html">${escapeHtml(text.replace(/\n+$/, ""))}</p>` : escapeHtml(text);
-    },
-  },
-});
-marked.use(mathExtension);
-
-const PURIFY = {
-  FORBID_TAGS: ["style", "form", "iframe", "object", "embed", "svg", "math"],
-  FORBID_ATTR: ["style", "id", "name"], // style would trip the CSP; ids could clobber the page's own
-  ADD_ATTR: ["target"],
-  RETURN_DOM_FRAGMENT: true,
-};
-
-DOMPurify.addHook("afterSanitizeAttributes", (node) => {
-  if (node.nodeName === "A" && node.hasAttribute("href")) {
-    node.setAttribute("target", "_blank");
-    node.setAttribute("rel", "noopener noreferrer");
-  }
-  if (node.nodeName === "IMG") {
-    // No request to another origin (a tracking pixel, a leak of the conversation).
-    const src = node.getAttribute("src") || "";
-    let url = null;
-    try {
-      url = new URL(src, location.href);
-    } catch {
-      url = null;
-    }
-    if (!url || (url.protocol !== "data:" && url.origin !== location.origin)) {
-      // Shown as its alt text and a link instead (see showRemoteImages): never fetched by the page.
-      node.removeAttribute("src");
-      node.dataset.remote = url && /^https?:$/.test(url.protocol) ? url.href : "";
-    }
-  }
-});
-
-/** Each blocked remote image as "🖼 alt text" linking to the image, opened only if the user clicks. */
-function showRemoteImages(fragment) {
-  for (const img of fragment.querySelectorAll("img[data-remote]")) {
-    const label = `🖼 ${img.getAttribute("alt") || "image"}`;
-    const link = document.createElement(img.dataset.remote ? "a" : "span");
-    link.className = "remote-image";
-    link.textContent = label;
-    if (img.dataset.remote) {
-      link.href = img.dataset.remote;
-      link.target = "_blank";
-      link.rel = "noopener noreferrer";
-      link.title = `Image not loaded: ${img.dataset.remote}`;
-    }
-    img.replaceWith(link);
-  }
-  return fragment;
-}
-
-function sanitize(html) {
-  return showRemoteImages(DOMPurify.sanitize(html, PURIFY));
+/** The code block buttons' text, in the page's language. */
+function labels() {
+  return {
+    wrap: t("Wrap"),
+    wrapLabel: t("Wrap long lines"),
+    download: t("Download"),
+    downloadLabel: t("Download code"),
+    copy: t("Copy"),
+    copyLabel: t("Copy code"),
+  };
 }
 
 /**
@@ -126,13 +59,7 @@ function sanitize(html) {
  * and diagrams; an unfinished tail shows their source.
  */
 export function renderMarkdown(source, { highlight = true, finished = true } = {}) {
-  highlightCode = highlight;
-  let fragment;
-  try {
-    fragment = sanitize(marked.parse(source));
-  } finally {
-    highlightCode = true;
-  }
+  const fragment = sanitize(toHtml(source, { highlight, labels: labels() }));
   if (finished) {
     typesetMath(fragment);
     drawDiagrams(fragment);
@@ -272,7 +199,7 @@ class OpenParagraph {
 }
 
 function inline(text) {
-  return sanitize(marked.parseInline(text));
+  return sanitize(inlineHtml(text));
 }
 
 /**
@@ -285,8 +212,8 @@ class OpenCode {
     this.start = start;
     this.done = bodyStart; // source[bodyStart:done] is in the code element
     this.language = languageOf(info);
-    this.known = Boolean(this.language && hljs.getLanguage(this.language));
-    const block = sanitize(codeBlock({ text: "", lang: this.language }));
+    this.known = knownLanguage(this.language);
+    const block = sanitize(emptyCodeBlockHtml(this.language, labels()));
     tail.replaceChildren(block);
     this.code = tail.querySelector("code");
     this.line = document.createTextNode("");
@@ -305,10 +232,7 @@ class OpenCode {
     const end = source.lastIndexOf("\n") + 1;
     if (end > this.done) {
       const lines = source.slice(this.done, end);
-      const html = this.known
-        ? hljs.highlight(lines, { language: this.language, ignoreIllegals: true }).value
-        : escapeHtml(lines);
-      this.line.before(sanitize(html));
+      this.line.before(sanitize(this.known ? highlightHtml(lines, this.language) : escapeHtml(lines)));
       this.done = end;
       this.partLines += count(lines, /\n/g);
       if (this.partLines >= PART_LINES) this.newPart();
@@ -325,15 +249,20 @@ const GENERIC = "generic";
  * arrived when it is one paragraph or one code block, however long that grows.
  */
 export class StreamRenderer {
-  constructor(root, onPaint) {
+  /** `sliceAbove`, `piece` and `group` (tests): see SLICE_ABOVE, render-slices.js PIECE and GROUP. */
+  constructor(root, onPaint, { sliceAbove = SLICE_ABOVE, piece, group } = {}) {
     this.root = root;
     this.onPaint = onPaint || (() => {});
+    this.sliceAbove = sliceAbove;
+    this.piece = piece;
+    this.group = group;
     this.source = "";
     this.frame = 0;
     this.timer = 0;
     this.painted = 0; // performance.now() of the last paint
-    this.tail = document.createElement("div");
-    this.tail.className = "md-tail";
+    this.generation = 0; // reset() drops the slices under way for the text before
+    this.rendering = Promise.resolve(); // the blocks rendered in slices, one after another
+    this.slicing = 0; // how many of them are not in the page yet
     this.start(0);
   }
 
@@ -341,7 +270,13 @@ export class StreamRenderer {
     this.committed = committed; // source[0:committed] is in the DOM as finished blocks
     this.scanner = new BlockScanner(committed);
     this.open = null; // an OpenParagraph or OpenCode drawing the tail, or null
-    if (committed === 0) this.root.replaceChildren(this.tail);
+    if (committed === 0) {
+      this.generation += 1;
+      this.slicing = 0;
+      this.root.removeAttribute("aria-busy");
+      this.tail = newTail();
+      this.root.replaceChildren(this.tail);
+    }
   }
 
   append(text) {
@@ -387,11 +322,23 @@ export class StreamRenderer {
     this.painted = performance.now();
     const split = this.scanner.advance(this.source);
     if (split > this.committed) {
-      this.tail.before(renderMarkdown(this.source.slice(this.committed, split)));
+      const text = this.source.slice(this.committed, split);
+      if (text.length > this.sliceAbove) {
+        // The blocks stay as they streamed until their final render replaces them; what follows
+        // waits hidden meanwhile (it may repeat the last words the blocks show).
+        const shown = this.tail;
+        this.tail = newTail();
+        this.tail.hidden = true;
+        shown.after(this.tail);
+        this.renderLater(text, shown);
+      } else {
+        this.tail.before(renderMarkdown(text));
+        this.tail.replaceChildren();
+      }
       this.committed = split;
       this.open = null;
-      this.tail.replaceChildren();
     }
+    if (this.source.length - this.committed > this.sliceAbove / 2) warmUp();
     if (this.open && !this.stillOpen()) this.open = GENERIC;
     if (!this.open) this.open = this.openTail();
     if (this.open && this.open !== GENERIC) {
@@ -430,19 +377,72 @@ export class StreamRenderer {
     return paragraph.stillPlain(this.source) ? paragraph : GENERIC;
   }
 
-  /** The stream ended: the tail becomes a block like the others (highlighted, however long). */
+  /**
+   * `text`'s finished blocks, rendered in slices (render-slices.js), replace `shown` (the tail they
+   * streamed in; with `whole`, everything in the answer). The answer is aria-busy until all are in.
+   */
+  renderLater(text, shown, { whole = false } = {}) {
+    shown.classList.add("md-pending");
+    const generation = this.generation;
+    const cancelled = () => generation !== this.generation;
+    this.slicing += 1;
+    this.root.setAttribute("aria-busy", "true");
+    const options = { labels: labels(), piece: this.piece, cancelled };
+    this.rendering = this.rendering
+      .then(() => (cancelled() ? null : renderInSlices(text, options)))
+      .catch((error) => {
+        console.error(error);
+        return renderMarkdown(text);
+      })
+      .then(async (fragment) => {
+        if (!fragment || cancelled()) return;
+        drawDiagrams(fragment);
+        if (whole) for (const node of [...this.root.childNodes]) if (node !== shown) node.remove();
+        await putInPlace(fragment, shown, { cancelled, group: this.group });
+      })
+      .catch((error) => console.error(error))
+      .finally(() => {
+        if (cancelled()) return; // reset: nothing of this is in the page any more
+        this.slicing -= 1;
+        if (!this.slicing) {
+          this.root.removeAttribute("aria-busy");
+          this.tail.hidden = false;
+        }
+        this.onPaint();
+      });
+  }
+
+  /**
+   * The stream ended: the tail becomes a block like the others (highlighted, however long). Returns
+   * a promise of when the answer is final (at once unless blocks are still rendered in slices).
+   */
   finish() {
     this.cancel();
     this.open = null;
     if (REFERENCE_RE.test(this.source)) {
-      this.root.replaceChildren(renderMarkdown(this.source)); // as a reload will show it
+      // As a reload will show it: rendered whole.
+      if (this.source.length > this.sliceAbove) {
+        this.generation += 1; // the blocks under way are in it
+        this.slicing = 0;
+        this.renderLater(this.source, this.tail, { whole: true });
+      } else {
+        this.root.replaceChildren(renderMarkdown(this.source));
+      }
     } else {
-      this.tail.replaceWith(renderMarkdown(this.source.slice(this.committed)));
+      const text = this.source.slice(this.committed);
+      if (text.length > this.sliceAbove) this.renderLater(text, this.tail);
+      else this.tail.replaceWith(renderMarkdown(text));
     }
     this.onPaint();
+    return this.rendering;
   }
 }
 
+function newTail() {
+  const tail = document.createElement("div");
+  tail.className = "md-tail";
+  return tail;
+}
 
 // File name extensions for downloaded code, by the language named on the fence.
 const EXTENSIONS = {
