@@ -15,7 +15,7 @@ from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_asy
 from django.contrib.auth import middleware as auth
 from django.contrib.messages import middleware as messages
 from django.contrib.sessions import middleware as sessions
-from django.middleware import common
+from django.middleware import common, locale
 from django.utils.cache import patch_cache_control
 from django.utils.deprecation import MiddlewareMixin
 from whitenoise.middleware import WhiteNoiseMiddleware
@@ -69,6 +69,10 @@ class OnTheLoop:
 
 class CommonMiddleware(OnTheLoop, common.CommonMiddleware):
     pass
+
+
+class LocaleMiddleware(OnTheLoop, locale.LocaleMiddleware):
+    """Reads the language cookie and Accept-Language and sets Vary: no I/O, so on the loop too."""
 
 
 class AuthenticationMiddleware(OnTheLoop, auth.AuthenticationMiddleware):

@@ -8,6 +8,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Count, Sum
 from django.utils import timezone
+from django.utils.translation import gettext_lazy
 
 from .. import upstream
 from .base import MODEL_MAX_LENGTH, Status, fit
@@ -42,8 +43,8 @@ class Usage(models.Model):
     """One upstream stream: who, which model, how many tokens, what it cost, how fast."""
 
     class Source(models.TextChoices):
-        CHAT = "chat", "via chat"
-        API = "api", "via API"
+        CHAT = "chat", gettext_lazy("via chat")
+        API = "api", gettext_lazy("via API")
 
     class CostSource(models.TextChoices):
         REPORTED = "reported", "reported by the upstream"
