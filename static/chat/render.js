@@ -4,6 +4,7 @@ import { Marked } from "../vendor/marked/marked.esm.js";
 import DOMPurify from "../vendor/dompurify/purify.es.mjs";
 import hljs from "../vendor/highlight/highlight.min.js";
 import { drawDiagrams } from "./diagrams.js";
+import { t } from "./i18n.js";
 import { mathExtension, typesetMath } from "./math.js";
 
 // A tail that is neither one open paragraph nor one open code block is rendered whole at each
@@ -41,9 +42,11 @@ function codeHead(language) {
   return (
     `<div class="code-head"><span class="code-lang">${escapeHtml(language || "text")}</span>` +
     `<span class="code-tools"><button type="button" class="wrap-code" aria-pressed="false" ` +
-    `aria-label="Wrap long lines">Wrap</button>` +
-    `<button type="button" class="download-code" aria-label="Download code">Download</button>` +
-    `<button type="button" class="copy-code" aria-label="Copy code">Copy</button></span></div>`
+    `aria-label="${escapeHtml(t("Wrap long lines"))}">${escapeHtml(t("Wrap"))}</button>` +
+    `<button type="button" class="download-code" aria-label="${escapeHtml(t("Download code"))}">` +
+    `${escapeHtml(t("Download"))}</button>` +
+    `<button type="button" class="copy-code" aria-label="${escapeHtml(t("Copy code"))}">${escapeHtml(t("Copy"))}` +
+    `</button></span></div>`
   );
 }
 
@@ -102,7 +105,7 @@ DOMPurify.addHook("afterSanitizeAttributes", (node) => {
 /** Each blocked remote image as "🖼 alt text" linking to the image, opened only if the user clicks. */
 function showRemoteImages(fragment) {
   for (const img of fragment.querySelectorAll("img[data-remote]")) {
-    const label = `🖼 ${img.getAttribute("alt") || "image"}`;
+    const label = `🖼 ${img.getAttribute("alt") || t("image")}`;
     const link = document.createElement(img.dataset.remote ? "a" : "span");
     link.className = "remote-image";
     link.textContent = label;
@@ -110,7 +113,7 @@ function showRemoteImages(fragment) {
       link.href = img.dataset.remote;
       link.target = "_blank";
       link.rel = "noopener noreferrer";
-      link.title = `Image not loaded: ${img.dataset.remote}`;
+      link.title = t("Image not loaded: %(url)s", { url: img.dataset.remote });
     }
     img.replaceWith(link);
   }
@@ -490,9 +493,9 @@ export function handleCopyClicks(container) {
     } else {
       try {
         await navigator.clipboard.writeText(code.textContent);
-        flash(button, "Copied", "Copy");
+        flash(button, t("Copied"), t("Copy"));
       } catch {
-        flash(button, "Copy failed", "Copy");
+        flash(button, t("Copy failed"), t("Copy"));
       }
     }
   });

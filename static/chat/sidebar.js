@@ -1,5 +1,6 @@
 // The conversation list: newest first, server-side search, rename and delete behind in-page dialogs.
 import { api } from "./api.js";
+import { t } from "./i18n.js";
 import { iconButton } from "./icons.js";
 
 const SEARCH_DEBOUNCE_MS = 250;
@@ -19,7 +20,7 @@ function ask(dialog) {
 
 export async function confirmDelete(title) {
   const dialog = document.getElementById("confirm-dialog");
-  document.getElementById("confirm-text").textContent = `“${title}” and all its messages will be deleted.`;
+  document.getElementById("confirm-text").textContent = t("“%(title)s” and all its messages will be deleted.", { title });
   const confirmed = ask(dialog);
   document.getElementById("confirm-ok").focus();
   return confirmed;
@@ -64,7 +65,7 @@ export class Sidebar {
       });
       if (this.request === request) this.render(data.conversations, query);
     } catch (error) {
-      if (error.name !== "AbortError") this.handlers.error(`Could not load conversations: ${error.message}`);
+      if (error.name !== "AbortError") this.handlers.error(t("Could not load conversations: %(error)s", { error: error.message }));
     }
   }
 
@@ -80,7 +81,7 @@ export class Sidebar {
       row?.querySelector(place[1] ? `[data-action="${place[1]}"]` : "a")?.focus();
     }
     this.list.dataset.query = query;
-    this.empty.textContent = query ? "No conversation matches." : "No conversations yet.";
+    this.empty.textContent = query ? t("No conversation matches.") : t("No conversations yet.");
     this.empty.hidden = conversations.length > 0;
   }
 
@@ -90,13 +91,16 @@ export class Sidebar {
     item.classList.toggle("active", conversation.id === this.active);
     const link = document.createElement("a");
     link.href = `/c/${conversation.id}/`;
-    link.textContent = conversation.title || "New chat";
-    link.title = conversation.title || "New chat";
+    link.textContent = conversation.title || t("New chat");
+    link.title = conversation.title || t("New chat");
     if (conversation.id === this.active) link.setAttribute("aria-current", "page");
     const actions = document.createElement("span");
     actions.className = "conversation-actions";
-    const title = conversation.title || "New chat";
-    actions.append(iconButton("rename", `Rename “${title}”`, 15), iconButton("delete", `Delete “${title}”`, 15));
+    const title = conversation.title || t("New chat");
+    actions.append(
+      iconButton("rename", t("Rename “%(title)s”", { title }), 15),
+      iconButton("delete", t("Delete “%(title)s”", { title }), 15),
+    );
     item.append(link, actions);
     return item;
   }
@@ -140,7 +144,7 @@ export class Sidebar {
       this.handlers.open(id);
       return;
     }
-    const title = this.items.get(id)?.title || "New chat";
+    const title = this.items.get(id)?.title || t("New chat");
     if (button.dataset.action === "rename") await this.rename(id, title);
     else await this.remove(id, title);
   }
@@ -154,7 +158,7 @@ export class Sidebar {
       this.handlers.renamed(id, data.title);
       await this.refresh();
     } catch (error) {
-      this.handlers.error(`Could not rename: ${error.message}`);
+      this.handlers.error(t("Could not rename: %(error)s", { error: error.message }));
     }
   }
 
@@ -166,7 +170,7 @@ export class Sidebar {
       this.handlers.deleted(id);
       await this.refresh();
     } catch (error) {
-      this.handlers.error(`Could not delete: ${error.message}`);
+      this.handlers.error(t("Could not delete: %(error)s", { error: error.message }));
     }
   }
 }
@@ -198,10 +202,12 @@ export class BudgetMeter {
 
   render(month) {
     const parts = [];
-    if (month.usd.limit !== null) parts.push(`${usd(month.usd.spent)} of ${usd(month.usd.limit)}`);
-    else parts.push(`${usd(month.usd.spent)} spent`);
+    const spent = usd(month.usd.spent);
+    if (month.usd.limit !== null) parts.push(t("%(spent)s of %(limit)s", { spent, limit: usd(month.usd.limit) }));
+    else parts.push(t("%(spent)s spent", { spent }));
     if (month.tokens.limit !== null) {
-      parts.push(`${month.tokens.spent.toLocaleString()} of ${month.tokens.limit.toLocaleString()} tokens`);
+      const [used, limit] = [month.tokens.spent.toLocaleString(), month.tokens.limit.toLocaleString()];
+      parts.push(t("%(used)s of %(limit)s tokens", { used, limit }));
     }
     this.text.textContent = parts.join(" · ");
     // The bar shows the tighter of the two limits.
@@ -219,8 +225,11 @@ export class BudgetMeter {
     this.warning.hidden = share === null || share < WARN_AT;
     this.warning.textContent =
       share !== null && share >= 1
-        ? `Your monthly budget is used up; it resets on ${resets}.`
-        : `You have used ${Math.floor((share ?? 0) * 100)} % of your monthly budget; it resets on ${resets}.`;
+        ? t("Your monthly budget is used up; it resets on %(resets)s.", { resets })
+        : t("You have used %(percent)s of your monthly budget; it resets on %(resets)s.", {
+            percent: `${Math.floor((share ?? 0) * 100)} %`,
+            resets,
+          });
     this.box.hidden = false;
   }
 }
