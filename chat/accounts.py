@@ -28,8 +28,9 @@ from django.core.exceptions import ValidationError
 from django.db import close_old_connections
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.utils.translation import gettext_lazy
 
-BUSY = "The server is busy checking other sign-ins. Please try again in a moment."
+BUSY = gettext_lazy("The server is busy checking other sign-ins. Please try again in a moment.")
 
 
 class HashStats:

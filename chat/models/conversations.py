@@ -11,6 +11,7 @@ from django.conf import settings
 from django.db import models, transaction
 from django.db.models import Q
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from .. import upstream
 from ..relay import prompt_chars
@@ -287,7 +288,8 @@ def _begin_turn(
             if not images and any(a.kind == Attachment.Kind.IMAGE for a in attachments):
                 raise ChatError(
                     "images_not_supported",
-                    f"{entry.model} does not accept images: remove the image, or pick a model that accepts them.",
+                    _("%(model)s does not accept images: remove the image, or pick a model that accepts them.")
+                    % {"model": entry.model},
                 )
         if conversation_id is None:
             title = Conversation.title_for(content or (attachments[0].name if attachments else ""))
@@ -295,13 +297,13 @@ def _begin_turn(
         else:
             conversation = Conversation.objects.owned_by(user).select_for_update().filter(pk=conversation_id).first()
             if conversation is None:
-                raise ChatError("not_found", "No such conversation.")
+                raise ChatError("not_found", _("No such conversation."))
             if conversation.messages.streaming().exists():
-                raise ChatError("busy", "A reply is still streaming in this conversation; stop it first.")
+                raise ChatError("busy", _("A reply is still streaming in this conversation; stop it first."))
         last_user = conversation.messages.filter(role=Message.Role.USER).last()
         if edit is not None or content is None:
             if last_user is None or (edit is not None and last_user.pk != edit):
-                raise ChatError("not_last", "Only the last message of a conversation can be edited or regenerated.")
+                raise ChatError("not_last", _("Only the last message of a conversation can be edited or regenerated."))
             if content is not None:
                 last_user.content = content
                 last_user.save(update_fields=["content"])
