@@ -16,7 +16,8 @@ from django.conf import settings
 from django.db import DatabaseError, InterfaceError, OperationalError, connection
 from django.http import HttpResponse
 from django.utils.deprecation import MiddlewareMixin
-from django.utils.translation import gettext_lazy
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop
 
 from .relay import error_body
 
@@ -24,7 +25,7 @@ log = logging.getLogger(__name__)
 
 # "database is locked", connection refused or dropped: worth a retry later, unlike a bad query.
 UNAVAILABLE = (OperationalError, InterfaceError)
-MESSAGE = gettext_lazy(
+MESSAGE = gettext_noop(
     "The server is busy (its database is not answering); nothing was changed. Try again in a few seconds."
 )
 
@@ -68,15 +69,15 @@ def busy_response(path: str) -> HttpResponse:
     """A 503 with Retry-After: OpenAI's error shape under /v1/, the page API's under /api/, else a sentence."""
     if path.startswith("/v1/"):
         response = HttpResponse(
-            error_body(str(MESSAGE), "server_error", "database_unavailable"),
+            error_body(_(MESSAGE), "server_error", "database_unavailable"),
             status=503,
             content_type="application/json",
         )
     elif path.startswith("/api/"):
-        body = orjson.dumps({"error": {"code": "server_busy", "detail": str(MESSAGE)}})
+        body = orjson.dumps({"error": {"code": "server_busy", "detail": _(MESSAGE)}})
         response = HttpResponse(body, status=503, content_type="application/json")
     else:
-        response = HttpResponse(str(MESSAGE), status=503, content_type="text/plain; charset=utf-8")
+        response = HttpResponse(_(MESSAGE), status=503, content_type="text/plain; charset=utf-8")
     response["Retry-After"] = str(settings.API_RETRY_AFTER_SECONDS)
     return response
 

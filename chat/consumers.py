@@ -176,7 +176,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         except busy.UNAVAILABLE as exc:
             # Nothing was stored (the transaction rolled back); the page retries after a pause.
             log.warning("database unavailable for a websocket frame: %s", exc)
-            await self.send_error("server_busy", str(busy.MESSAGE))
+            await self.send_error("server_busy", _(busy.MESSAGE))
 
     async def within_frame_rate(self) -> bool:
         """Count the frame against this socket's bucket, before any parsing: a flood must stay cheap."""

@@ -10,7 +10,7 @@ urlpatterns = [
     path("admin/login/", sign_in_view(admin.site.login)),
     path("admin/", admin.site.urls),
     # The page's modules translate through this catalogue (static/chat/i18n.js); the switch posts to setlang.
-    path("jsi18n/", JavaScriptCatalog.as_view(), name="javascript-catalog"),
+    path("jsi18n/", JavaScriptCatalog.as_view(packages=["chat"]), name="javascript-catalog"),
     path("i18n/setlang/", set_language, name="set_language"),
     path("", include("chat.urls")),
 ]

@@ -117,7 +117,7 @@ def test_the_sign_in_page_follows_the_browser_language(client):
 def test_the_script_catalogue_is_loaded_before_the_modules_and_is_french_for_a_french_browser(client, alice):
     client.force_login(alice)
     page = client.get("/", HTTP_ACCEPT_LANGUAGE="fr").content.decode()
-    assert page.index('<script src="/jsi18n/">') < page.index('type="module"')
+    assert page.index('<script src="/jsi18n/" defer>') < page.index('type="module"')
     assert "Nouvelle conversation" in page
     catalogue = client.get("/jsi18n/", HTTP_ACCEPT_LANGUAGE="fr")
     assert catalogue["Content-Type"].startswith("text/javascript")
