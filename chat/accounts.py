@@ -29,7 +29,7 @@ from django.db import close_old_connections
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils.translation import gettext as _
-from django.utils.translation import gettext_noop
+from django.utils.translation import gettext_noop, ngettext
 
 BUSY = gettext_noop("The server is busy checking other sign-ins. Please try again in a moment.")
 
@@ -147,11 +147,13 @@ def login_page(request: HttpRequest, error: str, status: int) -> HttpResponse:
 
 def lockout_message() -> str:
     minutes = settings.AUTH_LOCKOUT_MINUTES
-    wait = f"{minutes} minutes" if minutes != 1 else "1 minute"
-    return (
-        f"Too many failed sign-ins for this account or from this address. "
-        f"Please wait {wait} and try again, or ask an administrator to unlock it."
-    )
+    return ngettext(
+        "Too many failed sign-ins for this account or from this address. "
+        "Please wait %(minutes)s minute and try again, or ask an administrator to unlock it.",
+        "Too many failed sign-ins for this account or from this address. "
+        "Please wait %(minutes)s minutes and try again, or ask an administrator to unlock it.",
+        minutes,
+    ) % {"minutes": minutes}
 
 
 def lockout_response(request: HttpRequest, original_response=None, credentials=None) -> HttpResponse:

@@ -98,7 +98,7 @@ class Conversation(models.Model):
     def title_for(text: str) -> str:
         """The first line with words, as plain text: no markdown marks, no [[directives]], at most 60 characters."""
         lines = (_plain(line) for line in text.splitlines())
-        line = next((line for line in lines if line), "New chat")
+        line = next((line for line in lines if line), _("New chat"))
         return line if len(line) <= 60 else line[:59].rstrip() + "…"
 
     def merge_params(self, params: dict) -> None:
