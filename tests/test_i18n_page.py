@@ -6,7 +6,7 @@ import re
 
 from playwright.sync_api import expect
 
-from tests.page_helpers import open_chat, send, wait_done
+from tests.page_helpers import open_chat, screenshot, send, wait_done
 
 expect.set_options(timeout=15_000)
 
@@ -28,6 +28,7 @@ def test_a_french_browser_gets_the_chat_its_answers_errors_and_settings_in_frenc
     expect(reply.get_by_role("button", name="Régénérer")).to_be_visible()
     expect(reply.locator(".usage")).to_contain_text("en sortie")
     expect(page.locator("article.message.user").last.get_by_role("button", name="Modifier")).to_be_attached()
+    screenshot(page, "french")
 
     # An upstream failure, worded by the server in the socket's language.
     failed = send(page, "[[status:500]] échec")
@@ -46,6 +47,7 @@ def test_a_french_browser_gets_the_chat_its_answers_errors_and_settings_in_frenc
     expect(page.get_by_role("heading", name="Paramètres", exact=True)).to_be_visible()
     expect(page.get_by_role("link", name="Retour au chat")).to_be_visible()
     expect(page.get_by_label("Langue des pages")).to_have_value("fr")
+    screenshot(page, "settings-french")
     page.get_by_label("Langue des pages").select_option("en")
     page.get_by_role("button", name="Utiliser cette langue").click()
     expect(page.get_by_role("heading", name="Settings", exact=True)).to_be_visible()
