@@ -28,8 +28,10 @@ from django.core.exceptions import ValidationError
 from django.db import close_old_connections
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop, ngettext
 
-BUSY = "The server is busy checking other sign-ins. Please try again in a moment."
+BUSY = gettext_noop("The server is busy checking other sign-ins. Please try again in a moment.")
 
 
 class HashStats:
@@ -72,7 +74,7 @@ class BoundedModelBackend(ModelBackend):
         """Check the password once a hashing slot is free; a ValidationError (shown on the form) if none is."""
         if not _hash_slots.acquire(timeout=settings.AUTH_HASH_WAIT):
             # Not PermissionDenied: that would count as a failed sign-in towards the lockout.
-            raise ValidationError(BUSY, code="busy")
+            raise ValidationError(_(BUSY), code="busy")
         hash_stats.enter()
         try:
             return super().authenticate(request, username=username_for(username), password=password, **kwargs)
@@ -125,7 +127,7 @@ def sign_in_view(view):
             async with asyncio.timeout(settings.AUTH_HASH_WAIT):
                 await turn.acquire()
         except TimeoutError:
-            return await sync_to_async(login_page)(request, BUSY, 503)
+            return await sync_to_async(login_page)(request, _(BUSY), 503)
         try:
             return await sync_to_async(run, thread_sensitive=False, executor=_pool)(request, *args, **kwargs)
         finally:
@@ -145,11 +147,13 @@ def login_page(request: HttpRequest, error: str, status: int) -> HttpResponse:
 
 def lockout_message() -> str:
     minutes = settings.AUTH_LOCKOUT_MINUTES
-    wait = f"{minutes} minutes" if minutes != 1 else "1 minute"
-    return (
-        f"Too many failed sign-ins for this account or from this address. "
-        f"Please wait {wait} and try again, or ask an administrator to unlock it."
-    )
+    return ngettext(
+        "Too many failed sign-ins for this account or from this address. "
+        "Please wait %(minutes)s minute and try again, or ask an administrator to unlock it.",
+        "Too many failed sign-ins for this account or from this address. "
+        "Please wait %(minutes)s minutes and try again, or ask an administrator to unlock it.",
+        minutes,
+    ) % {"minutes": minutes}
 
 
 def lockout_response(request: HttpRequest, original_response=None, credentials=None) -> HttpResponse:

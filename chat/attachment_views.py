@@ -16,6 +16,7 @@ from django.conf import settings
 from django.http import HttpResponse, JsonResponse
 from django.middleware.csrf import CsrfViewMiddleware
 from django.utils.http import content_disposition_header
+from django.utils.translation import gettext as _
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods
 
@@ -38,10 +39,10 @@ DOWNLOAD_POLICY = "default-src 'none'; img-src 'self'; sandbox"
 async def upload(request):
     """POST a multipart `file`: checked by content, read (text, or the image re-encoded), stored unsent."""
     if request.method != "POST":
-        return error(405, "method_not_allowed", "Use POST.")
+        return error(405, "method_not_allowed", _("Use POST."))
     user = await request.auser()
     if not user.is_authenticated:
-        return error(401, "unauthenticated", "Sign in first.")
+        return error(401, "unauthenticated", _("Sign in first."))
     # Django parses the multipart body (spooling a large file to disk) on a thread of its own; the
     # CSRF middleware would parse it on the shared one, which every socket's database work waits for.
     files = await sync_to_async(lambda: request.FILES, thread_sensitive=False)()
@@ -50,7 +51,7 @@ async def upload(request):
         return refused
     upload = files.get("file")
     if upload is None:
-        return error(400, "bad_field", "Send the file as the multipart field `file`.")
+        return error(400, "bad_field", _("Send the file as the multipart field `file`."))
     name = (upload.name or "attachment").replace("\\", "/").rsplit("/", 1)[-1]
     if upload.size > settings.ATTACHMENT_MAX_FILE_BYTES:
         return error(
@@ -59,7 +60,7 @@ async def upload(request):
             "per file.",
         )  # fmt: skip
     if upload.size == 0:
-        return error(400, "empty_file", f"{name} is empty.")
+        return error(400, "empty_file", _("%(name)s is empty.") % {"name": name})
     data = await asyncio.to_thread(upload.read)
     try:
         async with _reading:
@@ -84,16 +85,16 @@ async def upload(request):
 def attachment(request, attachment_id: int):
     """GET: the stored bytes as a download (owner, or staff who may view attachments); DELETE an unsent one."""
     if not request.user.is_authenticated:
-        return error(401, "unauthenticated", "Sign in first.")
+        return error(401, "unauthenticated", _("Sign in first."))
     found = Attachment.objects.filter(pk=attachment_id).first()
     may_see = found is not None and (
         found.owner_id == request.user.pk or (request.method == "GET" and request.user.has_perm("chat.view_attachment"))
     )
     if not may_see:
-        return error(404, "not_found", "No such attachment.")
+        return error(404, "not_found", _("No such attachment."))
     if request.method == "DELETE":
         if found.message_id is not None:
-            return error(400, "sent", "This attachment was sent with a message; delete the conversation instead.")
+            return error(400, "sent", _("This attachment was sent with a message; delete the conversation instead."))
         found.delete()
         return HttpResponse(status=204)
     # Images were re-encoded by Pillow when stored; anything else is an opaque download.

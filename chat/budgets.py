@@ -21,7 +21,8 @@ from django.contrib.auth.models import Group
 from django.core.exceptions import ValidationError
 from django.db import connection, models
 from django.db.models import Q, Sum
-from django.utils import timezone
+from django.utils import dateformat, timezone
+from django.utils.translation import gettext as _
 
 from .models.usage import Usage
 
@@ -399,17 +400,35 @@ def _decimal(value, places: Decimal = CENT_FRACTIONS) -> Decimal:
 
 
 def _check(limit: Limit, used: Spent, whose: str, now: datetime) -> None:
-    resets = f"it resets on {format_day(next_month_start(now))}"
+    # `whose` is "Your" or "This API token's": whole sentences each, so they translate.
+    token = whose != "Your"
+    day = format_day(next_month_start(now))
     if limit.usd is not None and used.usd >= limit.usd:
-        raise BudgetExceeded(
-            f"{whose} monthly budget of {format_usd(limit.usd)} is used up "
-            f"({format_usd(used.usd)} spent or reserved this month); {resets}."
-        )
+        values = {"limit": format_usd(limit.usd), "used": format_usd(used.usd), "day": day}
+        if token:
+            detail = _(
+                "This API token's monthly budget of %(limit)s is used up "
+                "(%(used)s spent or reserved this month); it resets on %(day)s."
+            )
+        else:
+            detail = _(
+                "Your monthly budget of %(limit)s is used up "
+                "(%(used)s spent or reserved this month); it resets on %(day)s."
+            )
+        raise BudgetExceeded(detail % values)
     if limit.tokens is not None and used.tokens >= limit.tokens:
-        raise BudgetExceeded(
-            f"{whose} monthly budget of {limit.tokens:,} tokens is used up "
-            f"({used.tokens:,} used or reserved this month); {resets}."
-        )
+        values = {"limit": f"{limit.tokens:,}", "used": f"{used.tokens:,}", "day": day}
+        if token:
+            detail = _(
+                "This API token's monthly budget of %(limit)s tokens is used up "
+                "(%(used)s used or reserved this month); it resets on %(day)s."
+            )
+        else:
+            detail = _(
+                "Your monthly budget of %(limit)s tokens is used up "
+                "(%(used)s used or reserved this month); it resets on %(day)s."
+            )
+        raise BudgetExceeded(detail % values)
 
 
 def format_usd(amount: Decimal) -> str:
@@ -417,8 +436,8 @@ def format_usd(amount: Decimal) -> str:
 
 
 def format_day(moment: datetime) -> str:
-    local = timezone.localtime(moment)
-    return f"{local.day} {local:%B %Y}"
+    # Month names in the active language ("1 December 2026", "1 décembre 2026").
+    return dateformat.format(timezone.localtime(moment), "j F Y")
 
 
 def refuse(user, *, source: str, token=None, provider_id: int | None, model: str, prompt_tokens: int,

@@ -16,6 +16,8 @@ from django.conf import settings
 from django.db import DatabaseError, InterfaceError, OperationalError, connection
 from django.http import HttpResponse
 from django.utils.deprecation import MiddlewareMixin
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop
 
 from .relay import error_body
 
@@ -23,7 +25,9 @@ log = logging.getLogger(__name__)
 
 # "database is locked", connection refused or dropped: worth a retry later, unlike a bad query.
 UNAVAILABLE = (OperationalError, InterfaceError)
-MESSAGE = "The server is busy (its database is not answering); nothing was changed. Try again in a few seconds."
+MESSAGE = gettext_noop(
+    "The server is busy (its database is not answering); nothing was changed. Try again in a few seconds."
+)
 
 
 def is_unavailable(exc: BaseException) -> bool:
@@ -65,13 +69,15 @@ def busy_response(path: str) -> HttpResponse:
     """A 503 with Retry-After: OpenAI's error shape under /v1/, the page API's under /api/, else a sentence."""
     if path.startswith("/v1/"):
         response = HttpResponse(
-            error_body(MESSAGE, "server_error", "database_unavailable"), status=503, content_type="application/json"
+            error_body(_(MESSAGE), "server_error", "database_unavailable"),
+            status=503,
+            content_type="application/json",
         )
     elif path.startswith("/api/"):
-        body = orjson.dumps({"error": {"code": "server_busy", "detail": MESSAGE}})
+        body = orjson.dumps({"error": {"code": "server_busy", "detail": _(MESSAGE)}})
         response = HttpResponse(body, status=503, content_type="application/json")
     else:
-        response = HttpResponse(MESSAGE, status=503, content_type="text/plain; charset=utf-8")
+        response = HttpResponse(_(MESSAGE), status=503, content_type="text/plain; charset=utf-8")
     response["Retry-After"] = str(settings.API_RETRY_AFTER_SECONDS)
     return response
 

@@ -11,9 +11,12 @@ import orjson
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
+from django.utils import translation
+from django.utils.translation import gettext as _
 
 from . import busy, generation, params, process, sessions
 from .generation import Job, conversation_group, frame, snapshot_frames
+from .language import language_from_scope
 from .limits import FRAME_LIMIT_CLOSE_CODE, FrameLimiter
 from .models import ChatDefaults, ChatError, Conversation, Message, Provider, access_for, begin_turn, branches
 from .models.attachments import MAX_PER_MESSAGE as MAX_ATTACHMENTS
@@ -36,7 +39,7 @@ def parse_id(fields: dict, name: str, *, optional: bool = False) -> int | None:
     if value is None and optional:
         return None
     if not params.is_int(value) or value < 1:
-        raise ChatError("bad_field", f"`{name}` must be a positive integer id.")
+        raise ChatError("bad_field", _("`%(name)s` must be a positive integer id.") % {"name": name})
     return value
 
 
@@ -45,7 +48,7 @@ def parse_params(value: Any) -> dict[str, Any]:
     if value is None:
         return {}
     if not isinstance(value, dict):
-        raise ChatError("bad_field", "`params` must be an object.")
+        raise ChatError("bad_field", _("`params` must be an object."))
     result: dict[str, Any] = {}
     for name, item in value.items():
         if item is not None and name in params.CHAT_PARAMS:
@@ -54,7 +57,7 @@ def parse_params(value: Any) -> dict[str, Any]:
             except params.ParamError as exc:
                 raise ChatError("bad_param", exc.message) from None
         elif name not in params.CHAT_PARAMS:
-            raise ChatError("bad_param", f"Unknown parameter `{name}`.")
+            raise ChatError("bad_param", _("Unknown parameter `%(name)s`.") % {"name": name})
         result[name] = item  # None unsets a value stored on the conversation
     return result
 
@@ -72,11 +75,14 @@ def parse_system_prompt(value: Any) -> str | None:
 def parse_content(value: Any, *, blank: bool = False) -> str:
     """The message's text; `blank` allows an empty one (a message of attachments alone)."""
     if not isinstance(value, str):
-        raise ChatError("bad_field", "`content` must be a string.")
+        raise ChatError("bad_field", _("`content` must be a string."))
     if not value.strip() and not blank:
-        raise ChatError("empty_content", "The message is empty.")
+        raise ChatError("empty_content", _("The message is empty."))
     if len(value.encode()) > settings.CHAT_MAX_CONTENT_BYTES:
-        raise ChatError("too_long", f"The message is longer than {settings.CHAT_MAX_CONTENT_BYTES} bytes.")
+        raise ChatError(
+            "too_long",
+            _("The message is longer than %(bytes)s bytes.") % {"bytes": settings.CHAT_MAX_CONTENT_BYTES},
+        )
     return value
 
 
@@ -85,10 +91,13 @@ def parse_attachments(value: Any) -> list[int]:
     if value is None:
         return []
     if not isinstance(value, list) or len(value) > MAX_ATTACHMENTS or len(set(map(str, value))) != len(value):
-        raise ChatError("bad_field", f"`attachments` must be a list of at most {MAX_ATTACHMENTS} different ids.")
+        raise ChatError(
+            "bad_field",
+            _("`attachments` must be a list of at most %(count)s different ids.") % {"count": MAX_ATTACHMENTS},
+        )
     for item in value:
         if not params.is_int(item) or item < 1:
-            raise ChatError("bad_field", "`attachments` must hold positive integer ids.")
+            raise ChatError("bad_field", _("`attachments` must hold positive integer ids."))
     return value
 
 
@@ -103,6 +112,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             await self.close(code=SIGNED_OUT)
             return
         self.user = user
+        self.language = language_from_scope(self.scope)
         self.session_key = self.scope["session"].session_key
         self.session_checked = time.monotonic()
         self.watching: set[int] = set()
@@ -146,22 +156,27 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             await self.channel_layer.group_discard(conversation_group(conversation_id), self.channel_name)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs) -> None:
+        # Errors in the page's language; a stream started here keeps it (its task copies the context).
+        with translation.override(getattr(self, "language", None)):
+            await self.receive_frame(text_data)
+
+    async def receive_frame(self, text_data: str | None) -> None:
         if not await self.within_frame_rate():
             return
         try:
             if text_data is None:
-                raise ChatError("bad_frame", "Frames must be JSON text, not binary.")
+                raise ChatError("bad_frame", _("Frames must be JSON text, not binary."))
             try:
                 content = orjson.loads(text_data)
             except orjson.JSONDecodeError:
-                raise ChatError("bad_json", "The frame is not valid JSON.") from None
+                raise ChatError("bad_json", _("The frame is not valid JSON.")) from None
             await self.receive_json(content)
         except ChatError as exc:
             await self.send_error(exc.code, exc.detail)
         except busy.UNAVAILABLE as exc:
             # Nothing was stored (the transaction rolled back); the page retries after a pause.
             log.warning("database unavailable for a websocket frame: %s", exc)
-            await self.send_error("server_busy", busy.MESSAGE)
+            await self.send_error("server_busy", _(busy.MESSAGE))
 
     async def within_frame_rate(self) -> bool:
         """Count the frame against this socket's bucket, before any parsing: a flood must stay cheap."""
@@ -175,17 +190,18 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             return True
         if verdict == "close":
             self.closing = True
-            await self.send_error("rate_limited", "Too many frames; the connection is closed.")
+            await self.send_error("rate_limited", _("Too many frames; the connection is closed."))
             await self.close(code=FRAME_LIMIT_CLOSE_CODE)
         elif limiter.first_refusal:
             await self.send_error(
-                "rate_limited", f"Too many frames: at most {settings.CHAT_FRAME_RATE:g} a second. Slow down."
+                "rate_limited",
+                _("Too many frames: at most %(rate)s a second. Slow down.") % {"rate": f"{settings.CHAT_FRAME_RATE:g}"},
             )
         return False
 
     async def receive_json(self, content: Any, **kwargs) -> None:
         if not isinstance(content, dict):
-            raise ChatError("bad_frame", "A frame must be a JSON object with a `type`.")
+            raise ChatError("bad_frame", _("A frame must be a JSON object with a `type`."))
         if content.get("type") in SESSION_CHECKED_FRAMES and not await self.session_still_valid():
             await self.close_signed_out()
             return
@@ -200,7 +216,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             "delete": self.on_delete,
         }.get(content.get("type"))
         if handler is None:
-            raise ChatError("unknown_type", f"Unknown frame type {content.get('type')!r}.")
+            raise ChatError("unknown_type", _("Unknown frame type %(type)r.") % {"type": content.get("type")})
         await handler(content)
 
     async def close_signed_out(self) -> None:
@@ -279,14 +295,14 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             .afirst()
         )
         if edited is None:
-            raise ChatError("not_found", "No such message.")
+            raise ChatError("not_found", _("No such message."))
         await self.start_turn(fields, conversation_id=edited, content=content, edit=message_id)
 
     async def start_turn(self, fields: dict, *, conversation_id: int | None, **turn) -> None:
         """Resolve the model, store the turn, watch the conversation and start its generation."""
         model = fields.get("model")
         if model is not None and not isinstance(model, str):
-            raise ChatError("bad_field", "`model` must be a string.")
+            raise ChatError("bad_field", _("`model` must be a string."))
         params = parse_params(fields.get("params"))
         if conversation_id is not None:
             stored = (
@@ -296,7 +312,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
                 .afirst()
             )
             if stored is None:
-                raise ChatError("not_found", "No such conversation.")
+                raise ChatError("not_found", _("No such conversation."))
             model = model or stored
         asked = model
         if conversation_id is None:  # a new chat: what it does not set comes from the person's defaults
@@ -323,14 +339,14 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         message_id = parse_id(fields, "message")
         reply = await self._own_reply(message_id)
         if reply.status != Message.Status.STREAMING:
-            raise ChatError("not_streaming", "That message is not streaming.")
+            raise ChatError("not_streaming", _("That message is not streaming."))
         # To the process streaming it, whichever socket started it; a dead owner's stream ends here.
         await process.send_control(reply, "stop")
 
     async def on_attach(self, fields: dict) -> None:
         conversation_id = parse_id(fields, "conversation")
         if not await Conversation.objects.owned_by(self.user).filter(pk=conversation_id).aexists():
-            raise ChatError("not_found", "No such conversation.")
+            raise ChatError("not_found", _("No such conversation."))
         await self.watch(conversation_id)
         streaming = (
             await Message.objects.streaming().filter(conversation_id=conversation_id).select_related("worker").afirst()
@@ -367,7 +383,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             .afirst()
         )
         if reply is None:
-            raise ChatError("not_found", "No such message.")
+            raise ChatError("not_found", _("No such message."))
         return reply
 
     # --- channel-layer events -------------------------------------------------

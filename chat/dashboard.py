@@ -19,6 +19,8 @@ from django.contrib.auth.models import Group
 from django.db.models import Count, DateField, Func, OuterRef, Q, Subquery, Sum
 from django.db.models.functions import TruncDate
 from django.utils import timezone
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from . import budgets as budgets_module
 from . import rollup
@@ -26,12 +28,12 @@ from .models import Message, PersonDay, PersonMonth, Usage, UsageDay
 from .percentiles import PERCENTILES, percentiles
 
 PRESETS = {
-    "month": "This month",
-    "last-month": "Last month",
-    "7d": "Last 7 days",
-    "30d": "Last 30 days",
-    "year": "This year",
-    "custom": "Custom range",
+    "month": gettext_lazy("This month"),
+    "last-month": gettext_lazy("Last month"),
+    "7d": gettext_lazy("Last 7 days"),
+    "30d": gettext_lazy("Last 30 days"),
+    "year": gettext_lazy("This year"),
+    "custom": gettext_lazy("Custom range"),
 }
 # A custom range longer than this is refused: the daily charts would have thousands of bars.
 MAX_DAYS = 800
@@ -88,23 +90,26 @@ def parse_filters(query, viewer, today: date | None = None) -> Filters:
     today = today or timezone.localdate()
     preset = query.get("period") or "month"
     if preset not in PRESETS:
-        raise FilterError(f"There is no period called {preset[:40]}: choose one of {', '.join(PRESETS)}.")
+        raise FilterError(
+            _("There is no period called %(name)s: choose one of %(choices)s.")
+            % {"name": preset[:40], "choices": ", ".join(PRESETS)}
+        )
     if preset == "custom":
-        first, last = day_param(query, "from", "first"), day_param(query, "to", "last")
+        first, last = day_param(query, "from", _("first")), day_param(query, "to", _("last"))
         if first > last:
-            raise FilterError("The range starts after it ends: the first day must come before the last.")
+            raise FilterError(_("The range starts after it ends: the first day must come before the last."))
         if (last - first).days >= MAX_DAYS:
-            raise FilterError(f"The range is too long: at most {MAX_DAYS} days.")
+            raise FilterError(_("The range is too long: at most %(days)d days.") % {"days": MAX_DAYS})
     else:
         first, last = preset_range(preset, today)
     user_id, group_id = id_param(query, "user"), id_param(query, "group")
     if not viewer.is_staff:
         if (user_id is not None and user_id != viewer.pk) or group_id is not None:
-            raise FilterError("You can only see your own usage.", status=403)
+            raise FilterError(_("You can only see your own usage."), status=403)
         user_id = viewer.pk
     source = query.get("source") or ""
     if source and source not in Usage.Source.values:
-        raise FilterError(f"Unknown source: choose {' or '.join(Usage.Source.values)}.")
+        raise FilterError(_("Unknown source: choose %(choices)s.") % {"choices": " or ".join(Usage.Source.values)})
     model = (query.get("model") or "")[: Usage._meta.get_field("model").max_length]
     return Filters(preset, first, last, user_id, group_id, model, source)
 
@@ -114,7 +119,7 @@ def day_param(query, name: str, which: str) -> date:
     try:
         return date.fromisoformat(value)
     except ValueError:
-        raise FilterError(f"Give the {which} day of the custom range as YYYY-MM-DD.") from None
+        raise FilterError(_("Give the %(which)s day of the custom range as YYYY-MM-DD.") % {"which": which}) from None
 
 
 def id_param(query, name: str) -> int | None:
@@ -122,7 +127,7 @@ def id_param(query, name: str) -> int | None:
     if not value:
         return None
     if not value.isdigit():
-        raise FilterError(f"The {name} filter must be an id number.")
+        raise FilterError(_("The %(name)s filter must be an id number.") % {"name": name})
     return int(value)
 
 

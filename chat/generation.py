@@ -23,6 +23,8 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop
 
 from . import budgets, limits, upstream
 from .models import Conversation, Message, Provider, Turn, Usage, client, fit, stream_state, timeouts
@@ -242,7 +244,7 @@ class Generation:
             if status == Message.Status.FAILED:
                 error = self.state.error_message()
             elif status == Message.Status.INTERRUPTED:
-                error = "The upstream closed the stream before the answer was finished."
+                error = _("The upstream closed the stream before the answer was finished.")
         except upstream.UpstreamError as exc:
             status = Message.Status.INTERRUPTED if exc.kind == "cut" else Message.Status.FAILED
             error = _describe(exc)
@@ -250,12 +252,12 @@ class Generation:
             current = asyncio.current_task()
             cancelled = current is not None and current.cancelling() > 0
             if cancelled:  # the process is shutting down, not a stop
-                status, error = Message.Status.INTERRUPTED, "The server stopped while this answer was streaming."
+                status, error = Message.Status.INTERRUPTED, _("The server stopped while this answer was streaming.")
             else:
                 status = Message.Status.STOPPED
         except Exception:
             log.exception("generation %s failed", job.message_id)
-            error = "Internal error while streaming; the partial answer was kept."
+            error = _("Internal error while streaming; the partial answer was kept.")
         finally:
             self.state.ended_at = asyncio.get_running_loop().time()
             async with self._lock:
@@ -404,7 +406,7 @@ class Generation:
             await self._flush()
         if not await self._store_final(status, error, usage):
             # The answer is not stored: the socket must not be told it is.
-            status, error = Message.Status.INTERRUPTED, UNSAVED_ERROR
+            status, error = Message.Status.INTERRUPTED, _(UNSAVED_ERROR)
         frame_usage = {**usage, "cost": float(usage["cost"]) if usage["cost"] is not None else None}
         await send_done(
             job.conversation_id, job.message_id, status, state.finish_reason, frame_usage, error,
@@ -493,28 +495,30 @@ class Generation:
             Conversation.objects.filter(pk=job.conversation_id).update(updated=now)
 
 
-UNSAVED_ERROR = "The answer could not be saved: the database was unavailable for too long."
+UNSAVED_ERROR = gettext_noop("The answer could not be saved: the database was unavailable for too long.")
 
 
 def _describe(exc: upstream.UpstreamError) -> str:
-    """What the user reads under a failed answer."""
+    """What the user reads under a failed answer (the upstream's own words stay as they came)."""
+    values = {"message": exc.message}
     if exc.kind == "http":
         code = f" {exc.code}" if exc.code and exc.code != str(exc.status) else ""
-        text = f"The upstream refused the request ({exc.status}{code}): {exc.message}"
+        values["status"] = f"{exc.status}{code}"
+        text = _("The upstream refused the request (%(status)s): %(message)s") % values
         if exc.retry_after and "retry" not in exc.message.lower():  # the upstream may have said so already
-            text += f" Retry after {exc.retry_after} s."
+            text += " " + _("Retry after %(seconds)s s.") % {"seconds": exc.retry_after}
         return text
     if exc.kind == "cut":
-        return "The upstream connection broke off before the answer was finished."
+        return _("The upstream connection broke off before the answer was finished.")
     if exc.kind == "timeout":
-        return f"The upstream timed out: {exc.message}."
+        return _("The upstream timed out: %(message)s.") % values
     if exc.kind == "connect":
-        return f"Cannot reach the upstream: {exc.message}."
+        return _("Cannot reach the upstream: %(message)s.") % values
     if exc.kind == "busy":
-        return f"Cannot start the answer: {exc.message}."
+        return _("Cannot start the answer: %(message)s.") % values
     if exc.kind == "too_large":
-        return f"The answer was stopped because {exc.message}; the text so far was kept."
-    return f"The upstream sent something unreadable ({exc.message}); the text so far was kept."
+        return _("The answer was stopped because %(message)s; the text so far was kept.") % values
+    return _("The upstream sent something unreadable (%(message)s); the text so far was kept.") % values
 
 
 # --- shutdown -----------------------------------------------------------------

@@ -11,6 +11,8 @@ from django.contrib.auth import get_user_model, login, password_validation
 from django.core.mail import send_mail
 from django.shortcuts import redirect, render
 from django.utils import timezone
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy, ngettext
 
 from .models import ChatError, Invite
 
@@ -24,10 +26,15 @@ def send_invite(invite: Invite, secret: str) -> None:
     """E-mail the invite link to its address (through the configured backend)."""
     days = max(1, round((invite.expires - timezone.now()) / timedelta(days=1)))
     send_mail(
-        "Your invitation to the team chat",
-        f"You are invited to the team chat.\n\nChoose your password here (the link works once, "
-        f"for {days} day{'s' if days != 1 else ''}):\n\n{Invite.link(secret)}\n\n"
-        f"Then sign in with this e-mail address, {invite.email}, and that password.\n",
+        _("Your invitation to the team chat"),
+        ngettext(
+            "You are invited to the team chat.\n\nChoose your password here (the link works once, "
+            "for %(days)s day):\n\n%(link)s\n\nThen sign in with this e-mail address, %(email)s, and that password.\n",
+            "You are invited to the team chat.\n\nChoose your password here (the link works once, "
+            "for %(days)s days):\n\n%(link)s\n\nThen sign in with this e-mail address, %(email)s, and that password.\n",
+            days,
+        )
+        % {"days": days, "link": Invite.link(secret), "email": invite.email},
         None,
         [invite.email],
     )
@@ -41,13 +48,15 @@ def domain_allowed(email: str) -> bool:
 
 class ChoosePasswordForm(forms.Form):
     password1 = forms.CharField(
-        label="Password",
+        label=gettext_lazy("Password"),
         strip=False,
         widget=forms.PasswordInput(attrs={"autocomplete": "new-password"}),
         help_text=password_validation.password_validators_help_text_html(),
     )
     password2 = forms.CharField(
-        label="Password again", strip=False, widget=forms.PasswordInput(attrs={"autocomplete": "new-password"})
+        label=gettext_lazy("Password again"),
+        strip=False,
+        widget=forms.PasswordInput(attrs={"autocomplete": "new-password"}),
     )
 
     def __init__(self, email: str, *args, **kwargs) -> None:
@@ -58,7 +67,7 @@ class ChoosePasswordForm(forms.Form):
         data = super().clean()
         first, second = data.get("password1"), data.get("password2")
         if first and second and first != second:
-            self.add_error("password2", "The two passwords differ.")
+            self.add_error("password2", _("The two passwords differ."))
         elif first:
             # The rules of a password change, judged against the account about to be made.
             would_be = get_user_model()(username=self.email, email=self.email)
@@ -86,12 +95,16 @@ def accept(request, secret: str):
 
 
 class SignupForm(forms.Form):
-    email = forms.EmailField(label="E-mail address", widget=forms.EmailInput(attrs={"autocomplete": "email"}))
+    email = forms.EmailField(
+        label=gettext_lazy("E-mail address"), widget=forms.EmailInput(attrs={"autocomplete": "email"})
+    )
 
     def clean_email(self) -> str:
         email = get_user_model().objects.normalize_email(self.cleaned_data["email"].strip())
         if not domain_allowed(email):
-            raise forms.ValidationError(f"Sign-up is open to addresses at {', '.join(settings.SIGNUP_DOMAINS)} only.")
+            raise forms.ValidationError(
+                _("Sign-up is open to addresses at %(domains)s only.") % {"domains": ", ".join(settings.SIGNUP_DOMAINS)}
+            )
         return email
 
 
@@ -111,7 +124,7 @@ def signup(request):
                 log.info("sign-up asked for an address that has an account")
             except OSError as exc:  # smtplib's errors included: the mail server is down or refused it
                 log.error("could not e-mail a sign-up invite: %r", exc)
-                form.add_error(None, "The e-mail could not be sent just now; please try again later.")
+                form.add_error(None, _("The e-mail could not be sent just now; please try again later."))
                 return render(request, "registration/signup.html", {"form": form}, status=503)
         return render(request, "registration/signup_sent.html", {"email": email})
     return render(request, "registration/signup.html", {"form": form})

@@ -21,6 +21,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import connection
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from . import upstream
 from .models.base import ChatError, Status
@@ -98,10 +99,17 @@ def _counts(user_id: int, source: str, token_id: int | None, since, alive_since)
 
 def _cap_streams(running: int, cap: int, who: str) -> None:
     if cap and running >= cap:
-        raise LimitExceeded(
-            "too_many_streams",
-            f"Too many answers streaming at once: {who} {cap} running. Wait for one to finish or stop one.",
-        )
+        # `who` is "you have" or "this token has": whole sentences each, so they translate.
+        if who == "you have":
+            detail = _(
+                "Too many answers streaming at once: you have %(cap)s running. Wait for one to finish or stop one."
+            )
+        else:
+            detail = _(
+                "Too many answers streaming at once: this token has %(cap)s running. "
+                "Wait for one to finish or stop one."
+            )
+        raise LimitExceeded("too_many_streams", detail % {"cap": cap})
 
 
 def _cap_rate(recent: int, rows, cap: int, who: str, now) -> None:
@@ -110,11 +118,11 @@ def _cap_rate(recent: int, rows, cap: int, who: str, now) -> None:
     # Over the cap: the oldest of the last `cap` starts leaves the window first.
     oldest = rows.filter(started__gt=now - WINDOW).order_by("-started").values_list("started", flat=True)[cap - 1]
     retry_after = max(1, math.ceil((oldest + WINDOW - now).total_seconds()))
-    raise LimitExceeded(
-        "rate_limited",
-        f"Too many requests: {who} started {cap} in the last minute. Try again in {retry_after} s.",
-        retry_after,
-    )
+    if who == "you":
+        detail = _("Too many requests: you started %(cap)s in the last minute. Try again in %(seconds)s s.")
+    else:
+        detail = _("Too many requests: this token started %(cap)s in the last minute. Try again in %(seconds)s s.")
+    raise LimitExceeded("rate_limited", detail % {"cap": cap, "seconds": retry_after}, retry_after)
 
 
 # --- frames per socket --------------------------------------------------------------

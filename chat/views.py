@@ -12,6 +12,7 @@ from django.contrib.auth.decorators import login_required
 from django.http import HttpResponse, JsonResponse
 from django.middleware.csrf import get_token
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.translation import gettext as _
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
@@ -56,7 +57,7 @@ def api(view):
     @functools.wraps(view)
     def wrapper(request, *args, **kwargs):
         if not request.user.is_authenticated:
-            return error(401, "unauthenticated", "Sign in first.")
+            return error(401, "unauthenticated", _("Sign in first."))
         try:
             return view(request, *args, **kwargs)
         except ChatError as exc:
@@ -73,9 +74,9 @@ def json_body(request) -> dict:
     try:
         body = json.loads(request.body or b"{}")
     except ValueError:
-        raise ChatError("bad_json", "The body is not valid JSON.") from None
+        raise ChatError("bad_json", _("The body is not valid JSON.")) from None
     if not isinstance(body, dict):
-        raise ChatError("bad_json", "The body must be a JSON object.")
+        raise ChatError("bad_json", _("The body must be a JSON object."))
     return body
 
 
@@ -83,7 +84,7 @@ async def models_list(request):
     """The models this user may pick: plain ids, `provider/model` ids, and their default (their group's)."""
     user = await request.auser()
     if not user.is_authenticated:
-        return error(401, "unauthenticated", "Sign in first.")
+        return error(401, "unauthenticated", _("Sign in first."))
     access = await access_for(user)
     catalog = await Provider.objects.acatalog(access)
     default = None
@@ -131,7 +132,7 @@ def conversation(request, conversation_id: int):
     """One conversation with its messages; PATCH title/system_prompt/params; DELETE."""
     found = Conversation.objects.owned_by(request.user).filter(pk=conversation_id).first()
     if found is None:
-        raise ChatError("not_found", "No such conversation.")
+        raise ChatError("not_found", _("No such conversation."))
     if request.method == "DELETE":
         streaming = list(found.messages.streaming().filter(worker__isnull=False).values_list("pk", "worker__channel"))
         found.delete()
@@ -150,13 +151,13 @@ def update(conversation: Conversation, body: dict) -> None:
     if "title" in body:
         title = body["title"]
         if not isinstance(title, str) or not title.strip():
-            raise ChatError("bad_field", "`title` must be a non-empty string.")
+            raise ChatError("bad_field", _("`title` must be a non-empty string."))
         conversation.title = title.strip()[:MAX_TITLE]
         conversation.title_locked = True  # renamed by its owner: never retitled by a model (chat/titles.py)
         fields += ["title", "title_locked"]
     if "system_prompt" in body:
         if body["system_prompt"] is None:
-            raise ChatError("bad_field", "`system_prompt` must be a string.")
+            raise ChatError("bad_field", _("`system_prompt` must be a string."))
         conversation.system_prompt = parse_system_prompt(body["system_prompt"])
         fields.append("system_prompt")
     if "params" in body:
@@ -164,7 +165,9 @@ def update(conversation: Conversation, body: dict) -> None:
         fields.append("params")
     fields += organising_fields(conversation, body)
     if not fields:
-        raise ChatError("bad_field", "Nothing to change: send title, system_prompt, params, pinned, archived, folder.")
+        raise ChatError(
+            "bad_field", _("Nothing to change: send title, system_prompt, params, pinned, archived, folder.")
+        )
     conversation.save(update_fields=fields)
 
 
@@ -255,10 +258,10 @@ def tokens(request):
     if request.method == "POST":
         name = request.POST.get("name", "").strip()
         if not name or len(name) > 100:
-            problem = "Give the token a name of at most 100 characters."
+            problem = _("Give the token a name of at most 100 characters.")
         else:
             # POST/redirect/GET: reloading the page shows the list, and creates no second token.
-            _, request.session[NEW_TOKEN_SESSION_KEY] = ApiToken.issue(request.user, name)
+            request.session[NEW_TOKEN_SESSION_KEY] = ApiToken.issue(request.user, name)[1]
             return redirect("tokens")
     context = {
         "tokens": request.user.api_tokens.all(),

@@ -20,7 +20,7 @@ from django.contrib.auth import middleware as auth
 from django.contrib.messages import middleware as messages
 from django.contrib.sessions import middleware as sessions
 from django.core.handlers import asgi, base
-from django.middleware import clickjacking, common, csrf, security
+from django.middleware import clickjacking, common, csrf, locale, security
 from django.utils.cache import patch_cache_control
 from django.utils.deprecation import MiddlewareMixin
 from django.utils.module_loading import import_string
@@ -75,6 +75,10 @@ class OnTheLoop:
 
 class CommonMiddleware(OnTheLoop, common.CommonMiddleware):
     pass
+
+
+class LocaleMiddleware(OnTheLoop, locale.LocaleMiddleware):
+    """Reads the language cookie and Accept-Language and sets Vary: no I/O, so on the loop too."""
 
 
 class AuthenticationMiddleware(OnTheLoop, auth.AuthenticationMiddleware):

@@ -92,6 +92,8 @@ MIDDLEWARE = [
     "chatsite.middleware.NoStoreMiddleware",
     "chatsite.middleware.StaticFilesMiddleware",
     "chatsite.middleware.SessionMiddleware",
+    # After sessions, before common (which may redirect): picks the language from the cookie or Accept-Language.
+    "chatsite.middleware.LocaleMiddleware",
     "chatsite.middleware.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "chatsite.middleware.AuthenticationMiddleware",
@@ -210,6 +212,9 @@ LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "login"
 
 LANGUAGE_CODE = "en-us"
+# The browser's Accept-Language picks one of these unless the settings page's switch set a cookie.
+LANGUAGES = [("en", "English"), ("fr", "Français")]
+LOCALE_PATHS = [BASE_DIR / "locale"]
 TIME_ZONE = env("DJANGO_TIME_ZONE", "UTC")
 USE_I18N = True
 USE_TZ = True

@@ -29,6 +29,12 @@ if [ ! -x /usr/sbin/slapd ] || ! command -v ldapwhoami >/dev/null || [ ! -f /usr
   apt_install slapd ldap-utils libldap2-dev libsasl2-dev gcc
 fi
 
+# GNU gettext: tests/test_i18n.py runs makemessages (xgettext) to check the catalogues are complete.
+if ! command -v xgettext >/dev/null || ! command -v msgfmt >/dev/null; then
+  echo "tests/prepare.sh: installing gettext"
+  apt_install gettext
+fi
+
 if ! command -v pg_ctlcluster >/dev/null; then
   echo "tests/prepare.sh: installing PostgreSQL"
   apt_install postgresql

@@ -22,6 +22,7 @@ from django.db.models import Sum
 from django.db.models.signals import post_delete
 from django.dispatch import receiver
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from .. import extract
 from .base import ChatError
@@ -72,7 +73,10 @@ class AttachmentQuerySet(models.QuerySet):
         found = {a.pk: a for a in self.owned_by(user).unsent().filter(pk__in=ids)}
         missing = [i for i in ids if i not in found]
         if missing:
-            raise ChatError("not_found", f"No such attachment: {missing[0]} (each is sent once, with one message).")
+            raise ChatError(
+                "not_found",
+                _("No such attachment: %(id)s (each is sent once, with one message).") % {"id": missing[0]},
+            )
         return [found[i] for i in ids]
 
 
@@ -118,8 +122,11 @@ class Attachment(models.Model):
         if used + stored > settings.ATTACHMENT_QUOTA_BYTES:
             raise ChatError(
                 "quota_exceeded",
-                f"Your attachments would take {human_size(used + stored)}, over your storage quota of "
-                f"{human_size(settings.ATTACHMENT_QUOTA_BYTES)}; delete conversations with attachments to make room.",
+                _(
+                    "Your attachments would take %(size)s, over your storage quota of %(quota)s; "
+                    "delete conversations with attachments to make room."
+                )
+                % {"size": human_size(used + stored), "quota": human_size(settings.ATTACHMENT_QUOTA_BYTES)},
             )
         attachment = cls(
             owner=owner,
@@ -217,18 +224,24 @@ def upstream_content(text: str, attachments: list[Attachment], *, images: bool) 
 def check_message(attachments: list[Attachment], text: str) -> None:
     """The per-message limits: bytes uploaded and estimated tokens (the words and the documents)."""
     if len(attachments) > MAX_PER_MESSAGE:
-        raise ChatError("too_many_attachments", f"At most {MAX_PER_MESSAGE} attachments can go with one message.")
+        raise ChatError(
+            "too_many_attachments",
+            _("At most %(count)s attachments can go with one message.") % {"count": MAX_PER_MESSAGE},
+        )
     size = sum(a.size for a in attachments)
     if size > settings.ATTACHMENT_MAX_MESSAGE_BYTES:
         raise ChatError(
             "attachments_too_large",
-            f"The attachments add up to {human_size(size)}, over the limit of "
-            f"{human_size(settings.ATTACHMENT_MAX_MESSAGE_BYTES)} per message.",
+            _("The attachments add up to %(size)s, over the limit of %(limit)s per message.")
+            % {"size": human_size(size), "limit": human_size(settings.ATTACHMENT_MAX_MESSAGE_BYTES)},
         )
     tokens = extract.estimate_tokens(text) + sum(a.tokens for a in attachments)
     if tokens > settings.ATTACHMENT_MAX_MESSAGE_TOKENS:
         raise ChatError(
             "too_many_tokens",
-            f"The message with its attachments comes to about {tokens:,} tokens, over the limit of "
-            f"{settings.ATTACHMENT_MAX_MESSAGE_TOKENS:,} per message; attach less, or a shorter document.",
+            _(
+                "The message with its attachments comes to about %(tokens)s tokens, over the limit of "
+                "%(limit)s per message; attach less, or a shorter document."
+            )
+            % {"tokens": f"{tokens:,}", "limit": f"{settings.ATTACHMENT_MAX_MESSAGE_TOKENS:,}"},
         )

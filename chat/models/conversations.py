@@ -128,7 +128,7 @@ class Conversation(models.Model):
     def title_for(text: str) -> str:
         """The first line with words, as plain text: no markdown marks, no [[directives]], at most 60 characters."""
         lines = (_plain(line) for line in text.splitlines())
-        line = next((line for line in lines if line), "New chat")
+        line = next((line for line in lines if line), _("New chat"))
         return line if len(line) <= 60 else line[:59].rstrip() + "…"
 
     @staticmethod
@@ -386,7 +386,8 @@ def _begin_turn(
             if not images and any(a.kind == Attachment.Kind.IMAGE for a in attachments):
                 raise ChatError(
                     "images_not_supported",
-                    f"{entry.model} does not accept images: remove the image, or pick a model that accepts them.",
+                    _("%(model)s does not accept images: remove the image, or pick a model that accepts them.")
+                    % {"model": entry.model},
                 )
         if conversation_id is None:
             title = Conversation.title_for(content or (attachments[0].name if attachments else ""))
@@ -394,9 +395,9 @@ def _begin_turn(
         else:
             conversation = Conversation.objects.owned_by(user).select_for_update().filter(pk=conversation_id).first()
             if conversation is None:
-                raise ChatError("not_found", "No such conversation.")
+                raise ChatError("not_found", _("No such conversation."))
             if conversation.messages.streaming().exists():
-                raise ChatError("busy", "A reply is still streaming in this conversation; stop it first.")
+                raise ChatError("busy", _("A reply is still streaming in this conversation; stop it first."))
         reply = prefix = None
         if continued is not None:
             reply = _continued_answer(conversation, continued)
@@ -404,7 +405,7 @@ def _begin_turn(
         elif edit is not None:
             edited = conversation.messages.filter(pk=edit, role=Message.Role.USER).first()
             if edited is None:
-                raise ChatError("not_found", "No such message.")
+                raise ChatError("not_found", _("No such message."))
             user_message = conversation.messages.create(role=Message.Role.USER, content=content, parent=edited.parent)
             Attachment.objects.copy_to(user_message, edited.attachments.all())
         elif content is None:

@@ -11,6 +11,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.db import models, transaction
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from .base import ChatError
 
@@ -67,7 +68,7 @@ class Invite(models.Model):
         """A new invite and its secret (for the link), expiring after INVITE_DAYS; refused for a known address."""
         email = get_user_model().objects.normalize_email(email.strip())
         if account_exists(email):
-            raise ChatError("exists", f"{email} already has an account.")
+            raise ChatError("exists", _("%(email)s already has an account.") % {"email": email})
         invite = cls(email=email, staff=staff, created_by=by)
         secret = invite.new_secret()
         invite.save()
@@ -92,9 +93,11 @@ class Invite(models.Model):
             # Locked, so two tabs posting the same link make one account.
             invite = Invite.objects.usable().select_for_update().filter(pk=self.pk).first()
             if invite is None:
-                raise ChatError("used", "This invite has expired or was already used.")
+                raise ChatError("used", _("This invite has expired or was already used."))
             if account_exists(invite.email):
-                raise ChatError("exists", f"{invite.email} already has an account; sign in instead.")
+                raise ChatError(
+                    "exists", _("%(email)s already has an account; sign in instead.") % {"email": invite.email}
+                )
             user = get_user_model().objects.create_user(
                 invite.email, email=invite.email, password=password, is_staff=invite.staff
             )

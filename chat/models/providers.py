@@ -11,6 +11,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import DatabaseError, models
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from .. import upstream
 from .access import Access
@@ -86,14 +87,16 @@ class ProviderQuerySet(models.QuerySet):
         """
         catalog = await self.acatalog()
         if not catalog:
-            raise ChatError("no_provider", "No upstream provider is enabled.")
+            raise ChatError("no_provider", _("No upstream provider is enabled."))
         if not model:
             return default_entry(catalog, access)
         entry = find(catalog, model)
         if entry is None:
-            raise ChatError("unknown_model", f"Unknown model {model!r}.")
+            raise ChatError("unknown_model", _("Unknown model %(model)r.") % {"model": model})
         if access is not None and not access.allows(entry.provider.pk, entry.model):
-            raise ChatError("model_not_allowed", f"You may not use the model {model!r}; ask an administrator.")
+            raise ChatError(
+                "model_not_allowed", _("You may not use the model %(model)r; ask an administrator.") % {"model": model}
+            )
         return entry
 
     def sync_from_settings(self) -> Provider | None:
@@ -146,7 +149,7 @@ def default_entry(catalog: list[CatalogEntry], access: Access | None = None) -> 
     for entry in (chosen, site, *catalog):
         if entry is not None and access.allows(entry.provider.pk, entry.model):
             return entry
-    raise ChatError("model_not_allowed", "No model is available to you; ask an administrator.")
+    raise ChatError("model_not_allowed", _("No model is available to you; ask an administrator."))
 
 
 def demo_api_key() -> str:

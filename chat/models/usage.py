@@ -8,6 +8,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Count, Sum
 from django.utils import timezone
+from django.utils.translation import gettext_lazy
 
 from .. import upstream
 from .base import MODEL_MAX_LENGTH, Status, fit
@@ -42,11 +43,11 @@ class Usage(models.Model):
     """One upstream stream: who, which model, how many tokens, what it cost, how fast."""
 
     class Source(models.TextChoices):
-        CHAT = "chat", "via chat"
-        API = "api", "via API"
+        CHAT = "chat", gettext_lazy("via chat")
+        API = "api", gettext_lazy("via API")
         # A conversation's title written by a model (chat/titles.py). Four letters: the daily
         # summaries' source columns (chat/models/rollups.py) are that wide.
-        TITLE = "titl", "title of a chat"
+        TITLE = "titl", gettext_lazy("title of a chat")
 
     class CostSource(models.TextChoices):
         REPORTED = "reported", "reported by the upstream"

@@ -1,4 +1,5 @@
 // The JSON API over fetch, with the session cookie and Django's CSRF header.
+import { t } from "./i18n.js";
 
 let csrfToken = "";
 
@@ -51,7 +52,7 @@ export async function api(path, { method = "GET", body, signal } = {}) {
   if (response.status === 401) {
     // The session ended: back to the sign-in page, then here again.
     location.assign(`/accounts/login/?next=${encodeURIComponent(location.pathname)}`);
-    throw new ApiError(401, "unauthenticated", "Sign in first.");
+    throw new ApiError(401, "unauthenticated", t("Sign in first."));
   }
   if (response.status === 204) return null;
   // An abort while the body is read (a newer request won) must stay an abort, not become `null`:
@@ -62,7 +63,7 @@ export async function api(path, { method = "GET", body, signal } = {}) {
   });
   if (!response.ok) {
     const error = data?.error || {};
-    throw new ApiError(response.status, error.code || "http", error.detail || `Request failed (${response.status}).`);
+    throw new ApiError(response.status, error.code || "http", error.detail || t("Request failed (%(status)s).", { status: response.status }));
   }
   return data;
 }

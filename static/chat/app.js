@@ -34,7 +34,7 @@ const ui = {
 
 const state = {
   conversation: null, // the open conversation's id, null for a new chat
-  title: "New chat",
+  title: t("New chat"),
   views: new Map(), // message id -> MessageView, for the open conversation only
   streaming: null, // the reply streaming in the open conversation
   pending: null, // a send/edit/regenerate waiting for its `started` (or `error`)
@@ -59,7 +59,7 @@ function clearNotice(kind) {
 }
 
 // The server answers `server_busy` (a frame) or 503 (HTTP) while its database is not answering.
-const BUSY_TEXT = "The server is busy; retrying…";
+const BUSY_TEXT = t("The server is busy; retrying…");
 const BUSY_RETRIES = 4;
 function showBusy(busy) {
   if (busy) showNotice(BUSY_TEXT);
@@ -102,9 +102,9 @@ toBottom.addEventListener("click", () => {
 });
 
 function setTitle(title) {
-  state.title = title || "New chat";
+  state.title = title || t("New chat");
   ui.title.textContent = state.title;
-  document.title = `${state.title} · Team chat`;
+  document.title = `${state.title} · ${t("Team chat")}`;
 }
 
 function updateComposer() {
@@ -113,8 +113,8 @@ function updateComposer() {
   // typed meanwhile; it is sent once the answer is done.
   if (!streaming) {
     ui.stop.disabled = false;
-    ui.stop.setAttribute("aria-label", "Stop");
-    ui.stop.title = "Stop (Esc)";
+    ui.stop.setAttribute("aria-label", t("Stop"));
+    ui.stop.title = t("Stop (Esc)");
   }
   ui.send.hidden = streaming;
   ui.stop.hidden = !streaming;
@@ -176,8 +176,8 @@ async function openConversation(id, { push = true } = {}) {
     setTitle("…");
     sidebar.setActive(id);
     updateComposer();
-    const retry = error instanceof ApiError ? "" : " It opens when the connection is back.";
-    showNotice(`Could not open the conversation: ${error.message}${retry}`, "load");
+    const retry = error instanceof ApiError ? "" : ` ${t("It opens when the connection is back.")}`;
+    showNotice(t("Could not open the conversation: %(error)s", { error: error.message }) + retry, "load");
     return;
   }
   clearNotice("load");
@@ -211,9 +211,9 @@ function showReviews(reads) {
   const line = $("reviewed-by");
   line.hidden = !reads?.length;
   if (!reads?.length) return;
-  const names = [...new Set(reads.map((read) => read.reader || "a deleted user"))];
+  const names = [...new Set(reads.map((read) => read.reader || t("a deleted user")))];
   const last = new Date(reads[0].read).toLocaleString();
-  line.textContent = `Reviewed by ${names.join(", ")} (last ${last})`;
+  line.textContent = t("Reviewed by %(names)s (last %(last)s)", { names: names.join(", "), last });
 }
 
 function newChat({ push = true } = {}) {
@@ -224,7 +224,7 @@ function newChat({ push = true } = {}) {
   state.model = null;
   state.pending = null;
   clearThread();
-  setTitle("New chat");
+  setTitle(t("New chat"));
   sidebar.setActive(null);
   picker.choose(null);
   settings.fill(null);
@@ -257,11 +257,13 @@ function submit(frame, pending) {
   state.pending = Object.assign(pending, { frame, tries: 0, queued: false });
   if (!socket.send(frame)) {
     pending.queued = true;
-    ui.reconnectingText.textContent = socket.everOpened ? "Reconnecting… your message goes out once connected." : "Connecting…";
+    ui.reconnectingText.textContent = socket.everOpened
+      ? t("Reconnecting… your message goes out once connected.")
+      : t("Connecting…");
     ui.reconnecting.hidden = false;
     pending.giveUp = setTimeout(() => {
       if (state.pending === pending && pending.queued) {
-        onError({ code: "disconnected", detail: "Could not reach the server, so the message was not sent." });
+        onError({ code: "disconnected", detail: t("Could not reach the server, so the message was not sent.") });
       }
     }, QUEUE_MS);
   }
@@ -287,7 +289,7 @@ function retryBusy(pending) {
   setTimeout(() => {
     if (state.pending !== pending) return;
     if (!socket.send(pending.frame)) {
-      onError({ code: "disconnected", detail: "Not connected to the server; try again once it is back." });
+      onError({ code: "disconnected", detail: t("Not connected to the server; try again once it is back.") });
     }
   }, delay);
 }
@@ -296,7 +298,8 @@ function sendMessage() {
   const content = ui.input.value;
   if ((!content.trim() && !tray.items.length) || state.pending || state.streaming) return;
   if (new TextEncoder().encode(content).length > config.maxContentBytes) {
-    showNotice(`The message is too long (over ${config.maxContentBytes.toLocaleString("en-US")} bytes).`);
+    const bytes = config.maxContentBytes.toLocaleString(document.documentElement.lang || "en-US");
+    showNotice(t("The message is too long (over %(bytes)s bytes).", { bytes }));
     return;
   }
   // Refused here, before anything is sent: a model that takes no images, uploads still running, the limits.
@@ -379,8 +382,8 @@ async function editLast(view) {
 function stop() {
   if (state.streaming === null) return;
   ui.stop.disabled = true; // until its `done`; the button says what is happening
-  ui.stop.setAttribute("aria-label", "Stopping…");
-  ui.stop.title = "Stopping…";
+  ui.stop.setAttribute("aria-label", t("Stopping…"));
+  ui.stop.title = t("Stopping…");
   // While disconnected the stop waits for the socket and goes out first thing when it is back.
   if (!socket.send({ type: "stop", message: state.streaming })) state.stopQueued = state.streaming;
 }
@@ -460,8 +463,8 @@ function onDone(frame) {
   const view = state.views.get(frame.message);
   if (view) view.finish(frame);
   if (view && frame.conversation === state.conversation) {
-    const how = { complete: "Answer finished", stopped: "Answer stopped", interrupted: "Answer interrupted" };
-    announce(`${how[frame.status] || "Answer failed"}: ${view.content.trim().slice(0, 200)}`);
+    const how = { complete: t("Answer finished"), stopped: t("Answer stopped"), interrupted: t("Answer interrupted") };
+    announce(`${how[frame.status] || t("Answer failed")}: ${view.content.trim().slice(0, 200)}`);
   }
   if (state.streaming === frame.message) {
     state.streaming = null;
@@ -504,7 +507,7 @@ function onError(frame) {
   }
   updateComposer();
   if (frame.code !== "not_streaming") {
-    showNotice(frame.detail || `Error: ${frame.code}`, frame.code === "disconnected" ? "connection" : null);
+    showNotice(frame.detail || t("Error: %(code)s", { code: frame.code }), frame.code === "disconnected" ? "connection" : null);
   }
   if (frame.code === "budget_exceeded") budget.refresh();
 }
@@ -597,11 +600,11 @@ const socket = new ChatSocket(socketUrl(config.wsPath), {
   },
   onDown(busy) {
     document.documentElement.dataset.socket = "down";
-    ui.reconnectingText.textContent = busy ? BUSY_TEXT : "Reconnecting…";
+    ui.reconnectingText.textContent = busy ? BUSY_TEXT : t("Reconnecting…");
     ui.reconnecting.hidden = false;
     // A sent turn with no answer yet may or may not be stored: say so. A queued one waits.
     if (state.pending && !state.pending.queued) {
-      onError({ code: "disconnected", detail: "The connection dropped before the server answered." });
+      onError({ code: "disconnected", detail: t("The connection dropped before the server answered.") });
     }
   },
   onSignedOut() {
@@ -644,11 +647,11 @@ ui.thread.addEventListener("click", (event) => {
 
 /** Copies the answer's markdown (without the blank lines models often start with) and says so. */
 async function copyAnswer(button, view) {
-  let said = "Copied";
+  let said = t("Copied");
   try {
     await navigator.clipboard.writeText(view.content.replace(/^(?:[ \t]*\n)+/, "").trimEnd());
   } catch {
-    said = "Copy failed";
+    said = t("Copy failed");
   }
   button.dataset.feedback = said;
   button.setAttribute("aria-label", said);
@@ -709,6 +712,6 @@ picker
   .then(() => picker.choose(state.model))
   .then(() => defaultsLoaded)
   .then(() => state.conversation === null && state.pending === null && setup.fill())
-  .catch((error) => showNotice(`Could not load the models: ${error.message}`));
+  .catch((error) => showNotice(t("Could not load the models: %(error)s", { error: error.message })));
 if (config.conversation) openConversation(config.conversation, { push: false });
 else newChat({ push: false });

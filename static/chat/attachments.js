@@ -1,7 +1,8 @@
 // Attachments: the composer's tray (button, drop, paste; upload; chips) and the chips shown on a sent message.
 import { ApiError } from "./api.js";
+import { nt, t } from "./i18n.js";
 
-const NUMBER = new Intl.NumberFormat("en-US");
+const NUMBER = new Intl.NumberFormat(globalThis.document?.documentElement.lang || "en-US");
 
 function element(tag, className, text) {
   const node = document.createElement(tag);
@@ -11,8 +12,8 @@ function element(tag, className, text) {
 }
 
 export function formatSize(bytes) {
-  if (bytes < 1000) return `${bytes} bytes`;
-  const units = ["KB", "MB", "GB"];
+  if (bytes < 1000) return nt("%(count)s byte", "%(count)s bytes", bytes);
+  const units = [t("KB"), t("MB"), t("GB")];
   let value = bytes;
   let unit = "";
   for (unit of units) {
@@ -32,7 +33,7 @@ export function chip(attachment, { removable = false } = {}) {
     open.type = "button";
     open.dataset.action = "view-image";
     open.dataset.url = attachment.url;
-    open.setAttribute("aria-label", `Open ${attachment.name} full size`);
+    open.setAttribute("aria-label", t("Open %(name)s full size", { name: attachment.name }));
     const image = element("img");
     image.src = attachment.url;
     image.alt = attachment.name;
@@ -45,16 +46,16 @@ export function chip(attachment, { removable = false } = {}) {
   name.textContent = attachment.name;
   if (name.tagName === "A") name.href = attachment.url; // a download: served as Content-Disposition: attachment
   const details = [formatSize(attachment.size)];
-  if (attachment.kind === "document") details.push(`≈${NUMBER.format(attachment.tokens)} tokens`);
-  if (!attachment.kind) details.push("uploading…");
+  if (attachment.kind === "document") details.push(t("≈%(count)s tokens", { count: NUMBER.format(attachment.tokens) }));
+  if (!attachment.kind) details.push(t("uploading…"));
   label.append(name, element("span", "chip-detail", details.join(" · ")));
   item.append(label);
   if (removable) {
     const remove = element("button", "chip-remove", "×");
     remove.type = "button";
     remove.dataset.action = "remove-attachment";
-    remove.setAttribute("aria-label", `Remove ${attachment.name}`);
-    remove.title = "Remove";
+    remove.setAttribute("aria-label", t("Remove %(name)s", { name: attachment.name }));
+    remove.title = t("Remove");
     item.append(remove);
   }
   return item;
@@ -80,8 +81,8 @@ async function upload(file, csrfToken) {
   const data = await response.json().catch(() => null);
   if (!response.ok) {
     const error = data?.error || {};
-    const detail = response.status === 413 && !error.detail ? "The file is too large to upload." : error.detail;
-    throw new ApiError(response.status, error.code || "http", detail || `Upload failed (${response.status}).`);
+    const detail = response.status === 413 && !error.detail ? t("The file is too large to upload.") : error.detail;
+    throw new ApiError(response.status, error.code || "http", detail || t("Upload failed (%(status)s).", { status: response.status }));
   }
   return data;
 }
@@ -139,16 +140,20 @@ export class AttachmentTray {
   add(files) {
     for (const file of files) {
       if (this.items.length >= this.limits.maxPerMessage) {
-        this.onError(`At most ${this.limits.maxPerMessage} attachments can go with one message.`);
+        this.onError(t("At most %(count)s attachments can go with one message.", { count: this.limits.maxPerMessage }));
         return;
       }
       if (file.size > this.limits.maxFileBytes) {
         this.onError(
-          `${file.name} is ${formatSize(file.size)}, over the limit of ${formatSize(this.limits.maxFileBytes)} per file.`,
+          t("%(name)s is %(size)s, over the limit of %(limit)s per file.", {
+            name: file.name,
+            size: formatSize(file.size),
+            limit: formatSize(this.limits.maxFileBytes),
+          }),
         );
         continue;
       }
-      const name = file.name || "pasted image";
+      const name = file.name || t("pasted image");
       const item = { file, attachment: null, node: chip({ name, size: file.size }, { removable: true }) };
       item.node.dataset.state = "uploading";
       item.promise = upload(file, this.csrfToken).then(
@@ -201,18 +206,24 @@ export class AttachmentTray {
 
   /** Why the attachments cannot go with a message to `model`, or null. */
   problem(model, text) {
-    if (this.uploading) return "Wait until the attachments have finished uploading.";
+    if (this.uploading) return t("Wait until the attachments have finished uploading.");
     const ready = this.ready;
     if (model && !model.images && ready.some((attachment) => attachment.kind === "image")) {
-      return `${model.id} does not accept images: remove the image, or pick a model that accepts them.`;
+      return t("%(model)s does not accept images: remove the image, or pick a model that accepts them.", { model: model.id });
     }
     const size = ready.reduce((sum, attachment) => sum + attachment.size, 0);
     if (size > this.limits.maxMessageBytes) {
-      return `The attachments add up to ${formatSize(size)}, over the limit of ${formatSize(this.limits.maxMessageBytes)} per message.`;
+      return t("The attachments add up to %(size)s, over the limit of %(limit)s per message.", {
+        size: formatSize(size),
+        limit: formatSize(this.limits.maxMessageBytes),
+      });
     }
     const tokens = Math.ceil(text.length / 4) + ready.reduce((sum, attachment) => sum + attachment.tokens, 0);
     if (tokens > this.limits.maxMessageTokens) {
-      return `The message with its attachments comes to about ${NUMBER.format(tokens)} tokens, over the limit of ${NUMBER.format(this.limits.maxMessageTokens)} per message; attach less, or a shorter document.`;
+      return t(
+        "The message with its attachments comes to about %(tokens)s tokens, over the limit of %(limit)s per message; attach less, or a shorter document.",
+        { tokens: NUMBER.format(tokens), limit: NUMBER.format(this.limits.maxMessageTokens) },
+      );
     }
     return null;
   }

@@ -2,6 +2,7 @@
 // so it runs in a sandboxed frame (/diagram-frame/, made only when a finished ```mermaid block first
 // appears) that posts back the SVG, sanitized there by DOMPurify. The page never puts that SVG in its
 // own DOM: it shows it as an <img>, which can run no script and load nothing, whatever it contains.
+import { t } from "./i18n.js";
 
 const FRAME_URL = "/diagram-frame/";
 const TIMEOUT_MS = 20_000;
@@ -23,7 +24,7 @@ function frame() {
     new Promise((resolve) => {
       const iframe = document.createElement("iframe");
       iframe.className = "diagram-frame";
-      iframe.title = "Diagram renderer";
+      iframe.title = t("Diagram renderer");
       iframe.tabIndex = -1;
       iframe.setAttribute("aria-hidden", "true");
       iframe.sandbox = "allow-scripts"; // no allow-same-origin: nothing of this site is reachable from it
@@ -71,14 +72,14 @@ async function draw(block) {
     const figure = document.createElement("figure");
     figure.className = "diagram";
     const image = document.createElement("img");
-    image.alt = `Diagram: ${source.trim().split("\n")[0]}`;
+    image.alt = t("Diagram: %(first_line)s", { first_line: source.trim().split("\n")[0] });
     image.src = toDataUrl(svg);
     figure.append(image);
     // The source stays one click away, with its copy and download buttons.
     const fold = document.createElement("details");
     fold.className = "diagram-source";
     const summary = document.createElement("summary");
-    summary.textContent = "Diagram source";
+    summary.textContent = t("Diagram source");
     block.replaceWith(figure, fold);
     fold.append(summary, block);
     block.dataset.diagram = "drawn";
@@ -86,7 +87,7 @@ async function draw(block) {
     // The source stays as it is, with why it could not be drawn.
     const note = document.createElement("p");
     note.className = "diagram-error";
-    note.textContent = `Could not draw this diagram: ${String(error?.message || error).split("\n")[0]}`;
+    note.textContent = t("Could not draw this diagram: %(error)s", { error: String(error?.message || error).split("\n")[0] });
     block.after(note);
     block.dataset.diagram = "failed";
   }

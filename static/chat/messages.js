@@ -1,9 +1,10 @@
 // One message on the page: a user's text, or an assistant's answer with its thinking, status and usage.
 import { attachmentList } from "./attachments.js";
+import { t } from "./i18n.js";
 import { iconButton } from "./icons.js";
 import { StreamRenderer, renderMarkdown } from "./render.js";
 
-const NUMBER = new Intl.NumberFormat("en-US");
+const NUMBER = new Intl.NumberFormat(globalThis.document?.documentElement.lang || "en-US");
 // Seconds without a first token before the page says it is still waiting for the model.
 const WAITING_AFTER = 10;
 
@@ -29,25 +30,27 @@ function formatMs(ms) {
 /** The parts of the usage line: tokens, cost, time to first token, speed. */
 export function usageParts(usage) {
   const approx = usage.estimated ? "≈" : "";
-  const parts = [[`${approx}${NUMBER.format(usage.prompt_tokens)} in`, "prompt tokens"]];
-  let out = `${approx}${NUMBER.format(usage.completion_tokens)} out`;
-  if (usage.reasoning_tokens) out += ` (${NUMBER.format(usage.reasoning_tokens)} reasoning)`;
-  parts.push([out, "completion tokens"]);
+  const parts = [[t("%(count)s in", { count: approx + NUMBER.format(usage.prompt_tokens) }), t("prompt tokens")]];
+  let out = t("%(count)s out", { count: approx + NUMBER.format(usage.completion_tokens) });
+  if (usage.reasoning_tokens) out += ` ${t("(%(count)s reasoning)", { count: NUMBER.format(usage.reasoning_tokens) })}`;
+  parts.push([out, t("completion tokens")]);
   const cost = formatCost(usage.cost);
-  if (cost) parts.push([cost, "cost reported by the upstream"]);
+  if (cost) parts.push([cost, t("cost reported by the upstream")]);
   if (usage.ttft_ms !== null && usage.ttft_ms !== undefined) {
-    parts.push([`TTFT ${formatMs(usage.ttft_ms)}`, "time to first token"]);
+    parts.push([t("TTFT %(time)s", { time: formatMs(usage.ttft_ms) }), t("time to first token")]);
   }
-  if (usage.tokens_per_second) parts.push([`${usage.tokens_per_second.toFixed(1)} tok/s`, "tokens per second"]);
-  if (usage.estimated) parts.push(["estimated", "the upstream sent no usage; counts are estimates"]);
+  if (usage.tokens_per_second) {
+    parts.push([t("%(rate)s tok/s", { rate: usage.tokens_per_second.toFixed(1) }), t("tokens per second")]);
+  }
+  if (usage.estimated) parts.push([t("estimated"), t("the upstream sent no usage; counts are estimates")]);
   return parts;
 }
 
 export function statusText(status, finishReason) {
-  if (status === "stopped") return "Stopped";
-  if (status === "interrupted") return "Interrupted: the answer ended early";
-  if (status === "failed") return "Failed";
-  if (finishReason === "length") return "Cut at the max tokens limit";
+  if (status === "stopped") return t("Stopped");
+  if (status === "interrupted") return t("Interrupted: the answer ended early");
+  if (status === "failed") return t("Failed");
+  if (finishReason === "length") return t("Cut at the max tokens limit");
   return "";
 }
 
@@ -59,8 +62,8 @@ export class MessageView {
     this.seq = 0; // the last delta applied
     this.awaitingSnapshot = false; // after attach: deltas wait for the snapshot
     this.article = element("article", `message ${message.role}`);
-    const model = message.model ? ` from ${message.model}` : "";
-    this.article.setAttribute("aria-label", message.role === "user" ? "You said" : `Answer${model}`);
+    const answer = message.model ? t("Answer from %(model)s", { model: message.model }) : t("Answer");
+    this.article.setAttribute("aria-label", message.role === "user" ? t("You said") : answer);
     this.onPaint = onPaint || (() => {});
     if (message.role === "user") this.buildUser(message);
     else this.buildAssistant(message);
@@ -83,7 +86,7 @@ export class MessageView {
     this.text = element("div", "user-text", message.content);
     this.text.hidden = !message.content; // a message of attachments alone
     this.actions = element("div", "message-actions");
-    this.actions.append(iconButton("edit", "Edit"));
+    this.actions.append(iconButton("edit", t("Edit")));
     if (message.attachments?.length) this.article.append(attachmentList(message.attachments));
     this.article.append(this.text, this.actions);
   }
@@ -96,7 +99,7 @@ export class MessageView {
   buildAssistant(message) {
     this.meta = element("div", "message-meta", message.model || "");
     this.thinking = element("details", "thinking");
-    this.thinkingSummary = element("summary", "", "Thinking…");
+    this.thinkingSummary = element("summary", "", t("Thinking…"));
     this.thinkingBody = element("div", "thinking-body");
     this.thinking.append(this.thinkingSummary, this.thinkingBody);
     this.thinking.hidden = true;
@@ -113,7 +116,7 @@ export class MessageView {
     this.tools = element("div", "tool-calls");
     this.tools.hidden = true;
     this.actions = element("div", "message-actions");
-    this.actions.append(iconButton("copy", "Copy answer"), iconButton("regenerate", "Regenerate"));
+    this.actions.append(iconButton("copy", t("Copy answer")), iconButton("regenerate", t("Regenerate")));
     this.article.append(
       this.meta, this.thinking, this.answer, this.tools, this.waiting, this.statusLine, this.error, this.usage,
       this.actions,
@@ -145,7 +148,7 @@ export class MessageView {
       if (!this.article.isConnected) return this.stopWaiting(); // the conversation was left
       const seconds = Math.floor((Date.now() - this.waitingSince) / 1000);
       if (seconds < WAITING_AFTER) return undefined;
-      this.waiting.textContent = `Waiting for the model… ${seconds} s`;
+      this.waiting.textContent = t("Waiting for the model… %(seconds)s s", { seconds });
       this.waiting.hidden = false;
       return undefined;
     }, 1000);
@@ -201,11 +204,11 @@ export class MessageView {
 
   /** "Thought for 12 s": the time the model spent thinking, when known (not for a stream joined midway). */
   thoughtFor() {
-    if (this.thinkingMs === null) return "Thoughts";
+    if (this.thinkingMs === null) return t("Thoughts");
     const seconds = Math.round(this.thinkingMs / 1000);
-    if (seconds < 1) return "Thought for less than a second";
-    if (seconds < 60) return `Thought for ${seconds} s`;
-    return `Thought for ${Math.floor(seconds / 60)} min ${seconds % 60} s`;
+    if (seconds < 1) return t("Thought for less than a second");
+    if (seconds < 60) return t("Thought for %(seconds)s s", { seconds });
+    return t("Thought for %(minutes)s min %(seconds)s s", { minutes: Math.floor(seconds / 60), seconds: seconds % 60 });
   }
 
   /** A snapshot after attach: the text so far, replacing what the page had. */
@@ -273,7 +276,7 @@ export class MessageView {
     this.error.append(sentence.length < flat.length && !sentence.endsWith(".") ? `${sentence}…` : sentence);
     if (sentence.length < flat.length) {
       const fold = element("details");
-      fold.append(element("summary", "", "Details"));
+      fold.append(element("summary", "", t("Details")));
       fold.append(element("pre", "", text));
       this.error.append(fold);
     }
@@ -285,8 +288,8 @@ export class MessageView {
     this.tools.hidden = calls.length === 0;
     for (const call of calls) {
       const fold = element("details", "tool-call");
-      const name = call.function?.name || "tool";
-      fold.append(element("summary", "", `Tool call: ${name}`));
+      const name = call.function?.name || t("tool");
+      fold.append(element("summary", "", t("Tool call: %(name)s", { name })));
       let args = call.function?.arguments || "";
       try {
         args = JSON.stringify(JSON.parse(args), null, 2);
@@ -294,7 +297,7 @@ export class MessageView {
         // not JSON (or cut short): shown as it came
       }
       const pre = element("pre");
-      pre.append(element("code", "", args || "(no arguments)"));
+      pre.append(element("code", "", args || t("(no arguments)")));
       fold.append(pre);
       this.tools.append(fold);
     }
@@ -317,11 +320,11 @@ export class MessageView {
       const box = element("form", "edit-box");
       const area = element("textarea");
       area.value = this.text.textContent;
-      area.setAttribute("aria-label", "Edit message");
+      area.setAttribute("aria-label", t("Edit message"));
       const buttons = element("div");
-      const cancel = element("button", "button", "Cancel");
+      const cancel = element("button", "button", t("Cancel"));
       cancel.type = "button";
-      const save = element("button", "button primary", "Save and send");
+      const save = element("button", "button primary", t("Save and send"));
       save.type = "submit";
       buttons.append(cancel, save);
       box.append(area, buttons);

@@ -490,9 +490,9 @@ export function handleCopyClicks(container) {
     } else {
       try {
         await navigator.clipboard.writeText(code.textContent);
-        flash(button, "Copied", "Copy");
+        flash(button, t("Copied"), t("Copy"));
       } catch {
-        flash(button, "Copy failed", "Copy");
+        flash(button, t("Copy failed"), t("Copy"));
       }
     }
   });

@@ -1,5 +1,6 @@
 // The model picker and the request settings (temperature, max tokens, system prompt) of a conversation.
 import { api } from "./api.js";
+import { t } from "./i18n.js";
 
 const MODEL_KEY = "chat.model";
 
@@ -90,7 +91,7 @@ export class SettingsPanel {
     const error = document.getElementById(input.getAttribute("aria-describedby").split(" ")[1]);
     const ok = input.checkValidity();
     const { min, max } = input;
-    error.textContent = ok ? "" : `Enter a number from ${min} to ${max}, or leave it empty for the default.`;
+    error.textContent = ok ? "" : t("Enter a number from %(min)s to %(max)s, or leave it empty for the default.", { min, max });
     error.hidden = ok;
     input.setAttribute("aria-invalid", String(!ok));
     return ok;
@@ -102,12 +103,12 @@ export class SettingsPanel {
     if (!bad) return null;
     this.toggle(true);
     bad.focus();
-    return "A request setting is out of range; see the settings panel.";
+    return t("A request setting is out of range; see the settings panel.");
   }
 
   /** The first message of a new chat created its conversation: settings now save on it. */
   started() {
-    this.note.textContent = "Saved on this conversation when changed.";
+    this.note.textContent = t("Saved on this conversation when changed.");
   }
 
   number(input) {
@@ -127,8 +128,8 @@ export class SettingsPanel {
     this.systemPrompt.value = conversation?.system_prompt || "";
     for (const input of [this.temperature, this.maxTokens]) this.check(input);
     this.note.textContent = conversation
-      ? "Saved on this conversation when changed."
-      : "Sent with the first message of this new chat.";
+      ? t("Saved on this conversation when changed.")
+      : t("Sent with the first message of this new chat.");
   }
 
   /** What the first `send` of a new chat carries. */
@@ -149,9 +150,9 @@ export class SettingsPanel {
     if (id === null) return; // a new chat sends them with its first message
     try {
       await api(`/api/conversations/${id}`, { method: "PATCH", body: change });
-      this.note.textContent = "Saved.";
+      this.note.textContent = t("Saved.");
     } catch (error) {
-      this.onError(`Could not save the settings: ${error.message}`);
+      this.onError(t("Could not save the settings: %(error)s", { error: error.message }));
     }
   }
 }

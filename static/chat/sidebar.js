@@ -37,7 +37,7 @@ function ask(dialog) {
 
 export async function confirmDelete(title) {
   const dialog = document.getElementById("confirm-dialog");
-  document.getElementById("confirm-text").textContent = `“${title}” and all its messages will be deleted.`;
+  document.getElementById("confirm-text").textContent = t("“%(title)s” and all its messages will be deleted.", { title });
   const confirmed = ask(dialog);
   document.getElementById("confirm-ok").focus();
   return confirmed;
@@ -521,10 +521,12 @@ export class BudgetMeter {
 
   render(month) {
     const parts = [];
-    if (month.usd.limit !== null) parts.push(`${usd(month.usd.spent)} of ${usd(month.usd.limit)}`);
-    else parts.push(`${usd(month.usd.spent)} spent`);
+    const spent = usd(month.usd.spent);
+    if (month.usd.limit !== null) parts.push(t("%(spent)s of %(limit)s", { spent, limit: usd(month.usd.limit) }));
+    else parts.push(t("%(spent)s spent", { spent }));
     if (month.tokens.limit !== null) {
-      parts.push(`${month.tokens.spent.toLocaleString()} of ${month.tokens.limit.toLocaleString()} tokens`);
+      const [used, limit] = [month.tokens.spent.toLocaleString(), month.tokens.limit.toLocaleString()];
+      parts.push(t("%(used)s of %(limit)s tokens", { used, limit }));
     }
     this.text.textContent = parts.join(" · ");
     // The bar shows the tighter of the two limits.
@@ -542,8 +544,11 @@ export class BudgetMeter {
     this.warning.hidden = share === null || share < WARN_AT;
     this.warning.textContent =
       share !== null && share >= 1
-        ? `Your monthly budget is used up; it resets on ${resets}.`
-        : `You have used ${Math.floor((share ?? 0) * 100)} % of your monthly budget; it resets on ${resets}.`;
+        ? t("Your monthly budget is used up; it resets on %(resets)s.", { resets })
+        : t("You have used %(percent)s of your monthly budget; it resets on %(resets)s.", {
+            percent: `${Math.floor((share ?? 0) * 100)} %`,
+            resets,
+          });
     this.box.hidden = false;
   }
 }

@@ -1,6 +1,7 @@
 // The usage dashboard: draws the two stacked bar charts and the people table from the page's JSON, sorts the tables,
 // shows the custom range.
 import "../vendor/chartjs/chart.umd.min.js"; // sets globalThis.Chart (UMD build: see refreshvendor.py)
+import { t } from "./i18n.js";
 
 const Chart = globalThis.Chart;
 // Twenty hues that stay apart on a white and on a near-black background.
@@ -70,7 +71,7 @@ function drawCharts(data) {
     if (!Object.keys(series).length) {
       const empty = document.createElement("p");
       empty.className = "chart-empty";
-      empty.textContent = "No usage in this period.";
+      empty.textContent = t("No usage in this period.");
       canvas.replaceWith(empty);
     } else {
       drawChart(canvas, data.days, series, format);

@@ -1,4 +1,6 @@
 // The API tokens page: copy a new token's secret with one click, and say so.
+import { t } from "../chat/i18n.js";
+
 const button = document.getElementById("copy-token");
 const status = document.getElementById("copy-status");
 if (button) {
@@ -6,9 +8,9 @@ if (button) {
     const secret = document.getElementById(button.dataset.copy).textContent.trim();
     try {
       await navigator.clipboard.writeText(secret);
-      status.textContent = "Copied to the clipboard.";
+      status.textContent = t("Copied to the clipboard.");
     } catch {
-      status.textContent = "Could not copy: select the token and copy it by hand.";
+      status.textContent = t("Could not copy: select the token and copy it by hand.");
     }
   });
 }
