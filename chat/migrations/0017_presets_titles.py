@@ -9,7 +9,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('chat', '0014_message_tree'),
+        ('chat', '0016_organising'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

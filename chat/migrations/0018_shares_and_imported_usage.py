@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('chat', '0014_message_tree'),
+        ('chat', '0017_presets_titles'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
