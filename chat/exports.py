@@ -55,7 +55,7 @@ def message_json(message: Message) -> dict:
 
 def _messages(conversations) -> dict[int, list[Message]]:
     """Every message of these conversations by conversation, in order, read in a few queries for them all."""
-    rows = Message.objects.filter(conversation__in=conversations).select_related("usage")
+    rows = Message.objects.filter(conversation__in=conversations).prefetch_related("usages")
     grouped: dict[int, list[Message]] = {c.pk: [] for c in conversations}
     for message in rows.prefetch_related("attachments").order_by("conversation", "created", "pk").iterator(2000):
         grouped[message.conversation_id].append(message)

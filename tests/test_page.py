@@ -398,7 +398,7 @@ def test_a_second_tab_on_the_same_conversation_follows_the_stream(page):
     mirrored = other.locator(f'article[data-message-id="{reply.get_attribute("data-message-id")}"]')
     grown = wait_longer_while_streaming(other, mirrored, 0)
     wait_longer_while_streaming(other, mirrored, grown)
-    expect(other.locator("article.message.user").last).to_have_text(
+    expect(other.locator("article.message.user .user-text").last).to_have_text(
         "[[delay:30]] [[chunks:100]] watch me from the other tab"
     )
     wait_done(mirrored)

@@ -22,7 +22,7 @@ class ReviewRow:
 
 def review_rows(conversation: Conversation) -> list[ReviewRow]:
     """The tree depth first, oldest sibling first; a linear run stays at one depth, a fork indents its branches."""
-    messages = conversation.messages.select_related("usage").prefetch_related("attachments")
+    messages = conversation.messages.prefetch_related("usages", "attachments")
     children: dict[int | None, list[Message]] = defaultdict(list)
     for message in messages:
         children[message.parent_id].append(message)
