@@ -119,6 +119,20 @@ async def test_edit_a_middle_message_makes_a_branch_and_keeps_the_old_one(connec
     assert (await Message.objects.aget(pk=root[0]["user_message"])).parent_id is None
 
 
+async def test_switching_back_shows_the_branch_below_as_it_was_last_chosen(connect, alice, providers):
+    _, _, ws = await connect(alice)
+    first = await turn(ws, type="send", conversation=None, content="[[echo]] one", model=I14)
+    conversation = first[0]["conversation"]
+    older = await turn(ws, type="send", conversation=conversation, content="[[echo]] two")
+    newer = await turn(ws, type="regenerate", conversation=conversation)
+    await ws.send(type="switch", message=older[0]["message"])  # the older answer, chosen last
+    assert (await ws.receive())["current"] == older[0]["message"]
+    await turn(ws, type="edit", message=first[0]["user_message"], content="[[echo]] one, again")
+    # Back to the first version: below it, the answer chosen last, not the newest one.
+    await ws.send(type="switch", message=first[0]["user_message"])
+    assert (await ws.receive())["current"] == older[0]["message"] != newer[0]["message"]
+
+
 async def test_continue_appends_to_a_cut_answer_with_a_follow_up_turn(connect, alice, providers, fake):
     _, _, ws = await connect(alice)
     params = {"max_tokens": 6}

@@ -29,8 +29,7 @@ def switch(user, message_id: int) -> Conversation:
     """Show the branch through `message_id`: `current` becomes its deepest message (newest child each step)."""
     with transaction.atomic():
         conversation, message = _owned_message(user, message_id)
-        conversation.current_id = conversation.deepest(message.pk)
-        conversation.save(update_fields=["current"])
+        conversation.show(conversation.deepest(message.pk))
     return conversation
 
 
