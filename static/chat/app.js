@@ -524,9 +524,11 @@ function onFrame(frame) {
       return onError(frame);
     case "switched":
     case "deleted":
-      // The path shown changed (here or in another tab): show it as stored.
-      if (frame.conversation === state.conversation) openConversation(frame.conversation, { push: false });
-      return undefined;
+      // The path shown changed (here or in another tab): show it as stored, the version switched to in view.
+      if (frame.conversation !== state.conversation) return undefined;
+      return openConversation(frame.conversation, { push: false }).then(() => {
+        if (frame.type === "switched") state.views.get(frame.message)?.article.scrollIntoView({ block: "nearest" });
+      });
     default:
       return undefined;
   }
