@@ -238,6 +238,10 @@ async def test_switch_refuses_bad_ids_others_and_a_streaming_conversation(connec
     assert (await intruder.receive())["code"] == "not_found"
     await ws.send(type="switch", message=0)
     assert (await ws.receive())["code"] == "bad_field"
+    await ws.send(type="regenerate", conversation=frames[0]["conversation"], message=frames[0]["message"] + 100)
+    assert (await ws.receive())["code"] == "not_found"  # an answer of no conversation of hers
+    await ws.send(type="delete", message=frames[0]["message"] + 100)
+    assert (await ws.receive())["code"] == "not_found"
     await ws.send(type="send", conversation=frames[0]["conversation"], content=SLOW)
     streaming = (await ws.until("delta"))[0]["message"]
     await ws.send(type="switch", message=frames[0]["message"])
