@@ -362,7 +362,7 @@ function dropFrom(article) {
   }
 }
 
-async function editLast(view) {
+async function editMessage(view) {
   const content = await view.edit();
   if (content === null || state.streaming) return;
   submit({ type: "edit", message: view.id, content, model: picker.value }, {
@@ -624,7 +624,7 @@ ui.thread.addEventListener("click", (event) => {
   const view = state.views.get(Number(article.dataset.messageId));
   if (!view) return;
   if (button.dataset.action === "regenerate") regenerate(view);
-  else if (button.dataset.action === "edit") editLast(view);
+  else if (button.dataset.action === "edit") editMessage(view);
   else if (button.dataset.action === "copy") copyAnswer(button, view);
 });
 
