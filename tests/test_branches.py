@@ -274,3 +274,17 @@ def test_an_edited_messages_attachments_are_copies_that_outlive_the_original(ali
     assert Attachment.objects.get().read() == data
     conversation.delete()
     assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
+
+
+def test_an_orphaned_continuation_is_metered_for_its_own_text_only(alice):
+    conversation = Conversation.objects.create(owner=alice, title="t")
+    asked = Message.objects.create(conversation=conversation, role=Message.Role.USER, content="go")
+    answer = Message.objects.create(
+        conversation=conversation, role=Message.Role.ASSISTANT, parent=asked, status=Message.Status.STREAMING,
+        content="x" * 400,  # 200 characters from the first stream (50 tokens), 200 from the continuation
+    )  # fmt: skip
+    Usage.objects.create(user=alice, message=answer, model="m", status="complete", completion_tokens=50)
+    Usage.objects.create(user=alice, message=answer, model="m", status="streaming", prompt_tokens=70)
+    assert [m.pk for m in Message.objects.recover_orphans(None)] == [answer.pk]
+    continuation = Usage.objects.get(message=answer, status="interrupted")
+    assert continuation.completion_tokens == 50 and continuation.total_tokens == 120 and continuation.estimated

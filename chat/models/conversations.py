@@ -9,7 +9,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import models, transaction
-from django.db.models import Q
+from django.db.models import Q, Sum
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 from django.utils.translation import gettext as _
@@ -201,11 +201,16 @@ class MessageQuerySet(models.QuerySet):
                 message.error = INTERRUPTED_ERROR
                 message.updated = now
                 message.save(update_fields=["status", "error", "updated"])
+                # A continued answer's earlier streams metered their part of the text already.
+                earlier = Usage.objects.filter(message=message).exclude(status=Message.Status.STREAMING)
+                before = earlier.aggregate(out=Sum("completion_tokens"), thought=Sum("reasoning_tokens"))
                 completion = upstream.estimate_tokens(len(message.content) + len(message.reasoning))
+                completion = max(0, completion - (before["out"] or 0))
+                reasoning = max(0, upstream.estimate_tokens(len(message.reasoning)) - (before["thought"] or 0))
                 Usage.objects.filter(message=message, status=Message.Status.STREAMING).update(
                     status=Message.Status.INTERRUPTED,
                     completion_tokens=completion,
-                    reasoning_tokens=upstream.estimate_tokens(len(message.reasoning)),
+                    reasoning_tokens=reasoning,
                     total_tokens=models.F("prompt_tokens") + completion,
                     estimated=True,
                     ended=now,
