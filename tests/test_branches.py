@@ -119,6 +119,20 @@ async def test_edit_a_middle_message_makes_a_branch_and_keeps_the_old_one(connec
     assert (await Message.objects.aget(pk=root[0]["user_message"])).parent_id is None
 
 
+async def test_switching_back_shows_the_branch_below_as_it_was_last_chosen(connect, alice, providers):
+    _, _, ws = await connect(alice)
+    first = await turn(ws, type="send", conversation=None, content="[[echo]] one", model=I14)
+    conversation = first[0]["conversation"]
+    older = await turn(ws, type="send", conversation=conversation, content="[[echo]] two")
+    newer = await turn(ws, type="regenerate", conversation=conversation)
+    await ws.send(type="switch", message=older[0]["message"])  # the older answer, chosen last
+    assert (await ws.receive())["current"] == older[0]["message"]
+    await turn(ws, type="edit", message=first[0]["user_message"], content="[[echo]] one, again")
+    # Back to the first version: below it, the answer chosen last, not the newest one.
+    await ws.send(type="switch", message=first[0]["user_message"])
+    assert (await ws.receive())["current"] == older[0]["message"] != newer[0]["message"]
+
+
 async def test_continue_appends_to_a_cut_answer_with_a_follow_up_turn(connect, alice, providers, fake):
     _, _, ws = await connect(alice)
     params = {"max_tokens": 6}
@@ -224,6 +238,10 @@ async def test_switch_refuses_bad_ids_others_and_a_streaming_conversation(connec
     assert (await intruder.receive())["code"] == "not_found"
     await ws.send(type="switch", message=0)
     assert (await ws.receive())["code"] == "bad_field"
+    await ws.send(type="regenerate", conversation=frames[0]["conversation"], message=frames[0]["message"] + 100)
+    assert (await ws.receive())["code"] == "not_found"  # an answer of no conversation of hers
+    await ws.send(type="delete", message=frames[0]["message"] + 100)
+    assert (await ws.receive())["code"] == "not_found"
     await ws.send(type="send", conversation=frames[0]["conversation"], content=SLOW)
     streaming = (await ws.until("delta"))[0]["message"]
     await ws.send(type="switch", message=frames[0]["message"])
@@ -256,3 +274,17 @@ def test_an_edited_messages_attachments_are_copies_that_outlive_the_original(ali
     assert Attachment.objects.get().read() == data
     conversation.delete()
     assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
+
+
+def test_an_orphaned_continuation_is_metered_for_its_own_text_only(alice):
+    conversation = Conversation.objects.create(owner=alice, title="t")
+    asked = Message.objects.create(conversation=conversation, role=Message.Role.USER, content="go")
+    answer = Message.objects.create(
+        conversation=conversation, role=Message.Role.ASSISTANT, parent=asked, status=Message.Status.STREAMING,
+        content="x" * 400,  # 200 characters from the first stream (50 tokens), 200 from the continuation
+    )  # fmt: skip
+    Usage.objects.create(user=alice, message=answer, model="m", status="complete", completion_tokens=50)
+    Usage.objects.create(user=alice, message=answer, model="m", status="streaming", prompt_tokens=70)
+    assert [m.pk for m in Message.objects.recover_orphans(None)] == [answer.pk]
+    continuation = Usage.objects.get(message=answer, status="interrupted")
+    assert continuation.completion_tokens == 50 and continuation.total_tokens == 120 and continuation.estimated

@@ -26,11 +26,10 @@ def _owned_message(user, message_id: int) -> tuple[Conversation, Message]:
 
 
 def switch(user, message_id: int) -> Conversation:
-    """Show the branch through `message_id`: `current` becomes its deepest message (newest child each step)."""
+    """Show the branch through `message_id`, down to its deepest message as it was last shown (Conversation.deepest)."""
     with transaction.atomic():
         conversation, message = _owned_message(user, message_id)
-        conversation.current_id = conversation.deepest(message.pk)
-        conversation.save(update_fields=["current"])
+        conversation.show(conversation.deepest(message.pk))
     return conversation
 
 

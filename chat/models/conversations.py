@@ -9,7 +9,8 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import models, transaction
-from django.db.models import Q
+from django.db.models import Q, Sum
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
@@ -155,14 +156,22 @@ class Conversation(models.Model):
         return path[::-1]
 
     def deepest(self, pk: int) -> int:
-        """The last message of the branch through `pk`, following the newest child at each step."""
+        """The last message of the branch through `pk`, following at each step the child last shown
+        (Message.chosen), else the newest."""
         children: dict[int, int] = {}
-        for child, parent in self.messages.order_by("created", "pk").values_list("pk", "parent_id"):
+        order = (Coalesce("chosen", "created"), "pk")
+        for child, parent in self.messages.order_by(*order).values_list("pk", "parent_id"):
             if parent is not None:
-                children[parent] = child  # the newest wins
+                children[parent] = child  # the last wins
         while pk in children:
             pk = children[pk]
         return pk
+
+    def show(self, pk: int | None) -> None:
+        """Make `pk` the end of the branch shown (saved) and stamp that branch as chosen now."""
+        self.current_id = pk
+        self.save(update_fields=["current"])
+        self.messages.filter(pk__in=self.path_ids()).update(chosen=timezone.now())
 
     def siblings(self, ids: list[int]) -> dict[int, list[int]]:
         """For each message in `ids`: its siblings' ids and its own (same parent), oldest first."""
@@ -231,11 +240,16 @@ class MessageQuerySet(models.QuerySet):
                 message.error = INTERRUPTED_ERROR
                 message.updated = now
                 message.save(update_fields=["status", "error", "updated"])
+                # A continued answer's earlier streams metered their part of the text already.
+                earlier = Usage.objects.filter(message=message).exclude(status=Message.Status.STREAMING)
+                before = earlier.aggregate(out=Sum("completion_tokens"), thought=Sum("reasoning_tokens"))
                 completion = upstream.estimate_tokens(len(message.content) + len(message.reasoning))
+                completion = max(0, completion - (before["out"] or 0))
+                reasoning = max(0, upstream.estimate_tokens(len(message.reasoning)) - (before["thought"] or 0))
                 Usage.objects.filter(message=message, status=Message.Status.STREAMING).update(
                     status=Message.Status.INTERRUPTED,
                     completion_tokens=completion,
-                    reasoning_tokens=upstream.estimate_tokens(len(message.reasoning)),
+                    reasoning_tokens=reasoning,
                     total_tokens=models.F("prompt_tokens") + completion,
                     estimated=True,
                     ended=now,
@@ -276,6 +290,8 @@ class Message(models.Model):
     model = models.CharField(max_length=MODEL_MAX_LENGTH, blank=True)
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(default=timezone.now, help_text="Last save of the text.")
+    # Switching back to a version shows the branch below it as it was last seen (Conversation.deepest).
+    chosen = models.DateTimeField(null=True, blank=True, help_text="When it was last on the branch shown.")
     worker = streaming_worker()
     # An imported answer's usage as its export had it: shown and exported again, never metered or billed.
     imported_usage = models.JSONField(null=True, blank=True, help_text="Usage from an import (not billed).")
@@ -453,8 +469,7 @@ def _begin_turn(
             reply.status, reply.model, reply.updated = Message.Status.STREAMING, entry.model, now
             reply.worker_id, reply.error, reply.finish_reason = worker_id, "", ""
             reply.save(update_fields=["status", "model", "updated", "worker", "error", "finish_reason"])
-        conversation.current = reply
-        conversation.save(update_fields=["current"])
+        conversation.show(reply.pk)
         usage = Usage.objects.create(
             user=user,
             provider=entry.provider,

@@ -368,7 +368,7 @@ function dropFrom(article) {
   }
 }
 
-async function editLast(view) {
+async function editMessage(view) {
   const content = await view.edit();
   if (content === null || state.streaming) return;
   submit({ type: "edit", message: view.id, content, model: picker.value }, {
@@ -530,9 +530,11 @@ function onFrame(frame) {
       return onError(frame);
     case "switched":
     case "deleted":
-      // The path shown changed (here or in another tab): show it as stored.
-      if (frame.conversation === state.conversation) openConversation(frame.conversation, { push: false });
-      return undefined;
+      // The path shown changed (here or in another tab): show it as stored, the version switched to in view.
+      if (frame.conversation !== state.conversation) return undefined;
+      return openConversation(frame.conversation, { push: false }).then(() => {
+        if (frame.type === "switched") state.views.get(frame.message)?.article.scrollIntoView({ block: "nearest" });
+      });
     case "title": // a model wrote a conversation's title
       sidebar.setTitle(frame.conversation, frame.title);
       sidebar.refresh(); // a refresh asked for at `done` may have read the title before it changed
@@ -641,7 +643,7 @@ ui.thread.addEventListener("click", (event) => {
   const view = state.views.get(Number(article.dataset.messageId));
   if (!view) return;
   if (button.dataset.action === "regenerate") regenerate(view);
-  else if (button.dataset.action === "edit") editLast(view);
+  else if (button.dataset.action === "edit") editMessage(view);
   else if (button.dataset.action === "copy") copyAnswer(button, view);
 });
 

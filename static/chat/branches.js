@@ -14,32 +14,35 @@ function button(action, text, label) {
   return node;
 }
 
-/** This module's controls on a message view, made once. */
+/** This module's controls on a message view: Delete on a user message at once, the switcher and
+ * Continue only once needed (a message's text on the page stays its own). */
 function controls(view) {
   if (view.branch) return view.branch;
-  const nav = document.createElement("span");
-  nav.className = "branch-nav";
-  nav.setAttribute("role", "group");
-  nav.setAttribute("aria-label", t("Versions"));
-  const previous = button("branch-previous", "‹", t("Previous version"));
-  const position = document.createElement("span");
-  position.className = "branch-position";
-  const next = button("branch-next", "›", t("Next version"));
-  nav.append(previous, position, next);
-  nav.hidden = true;
-  view.actions.prepend(nav);
-  const branch = { nav, previous, position, next, remove: null, resume: null };
+  view.branch = { nav: null, previous: null, position: null, next: null, remove: null, resume: null };
   if (view.role === "user") {
-    branch.remove = iconButton("delete", t("Delete, with its answer"));
-    view.actions.append(branch.remove);
-  } else {
-    branch.resume = button("continue", t("Continue"), t("Continue this answer"));
-    branch.resume.className = "continue-button";
-    branch.resume.hidden = true;
-    view.actions.append(branch.resume);
+    view.branch.remove = iconButton("delete", t("Delete, with its answer"));
+    view.actions.append(view.branch.remove);
   }
-  view.branch = branch;
-  return branch;
+  return view.branch;
+}
+
+function addSwitcher(view, branch) {
+  branch.nav = document.createElement("span");
+  branch.nav.className = "branch-nav";
+  branch.nav.setAttribute("role", "group");
+  branch.nav.setAttribute("aria-label", t("Versions"));
+  branch.previous = button("branch-previous", "‹", t("Previous version"));
+  branch.position = document.createElement("span");
+  branch.position.className = "branch-position";
+  branch.next = button("branch-next", "›", t("Next version"));
+  branch.nav.append(branch.previous, branch.position, branch.next);
+  view.actions.prepend(branch.nav);
+}
+
+function addContinue(view, branch) {
+  branch.resume = button("continue", t("Continue"), t("Continue this answer"));
+  branch.resume.className = "continue-button";
+  view.actions.append(branch.resume);
 }
 
 /** Where a message sits in the tree (the API's `siblings`, `continuable`), shown on its view. */
@@ -47,9 +50,15 @@ export function showBranch(view, message) {
   const branch = controls(view);
   view.siblings = message.siblings?.length ? message.siblings : [view.id];
   view.continuable = Boolean(message.continuable);
+  if (view.continuable && !branch.resume && view.role === "assistant") addContinue(view, branch);
   const index = view.siblings.indexOf(view.id);
   const count = view.siblings.length;
-  branch.nav.hidden = count < 2;
+  if (count < 2) {
+    branch.nav?.remove();
+    branch.nav = null;
+    return;
+  }
+  if (!branch.nav) addSwitcher(view, branch);
   branch.position.textContent = `${index + 1} / ${count}`;
   branch.position.setAttribute("aria-label", t("Version %(index)s of %(count)s", { index: index + 1, count }));
   branch.previous.disabled = index <= 0;
@@ -70,8 +79,11 @@ export function applyTree(views, messages) {
 export function updateBranchControls(thread, views, idle) {
   for (const view of views) {
     const branch = controls(view);
-    branch.previous.disabled = !idle || !view.siblings || view.siblings.indexOf(view.id) <= 0;
-    branch.next.disabled = !idle || !view.siblings || view.siblings.indexOf(view.id) >= view.siblings.length - 1;
+    if (branch.nav) {
+      const index = view.siblings.indexOf(view.id);
+      branch.previous.disabled = !idle || index <= 0;
+      branch.next.disabled = !idle || index >= view.siblings.length - 1;
+    }
     if (branch.remove) branch.remove.hidden = !idle || view.id === null || view.id === undefined;
     if (branch.resume) branch.resume.hidden = !idle || !view.continuable || view.article !== thread.lastElementChild;
   }

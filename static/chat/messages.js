@@ -314,7 +314,7 @@ export class MessageView {
     }
   }
 
-  /** Inline editor for the last user message; resolves with the new text, or null. */
+  /** Inline editor for a user message (the edit becomes a new version); resolves with the new text, or null. */
   edit() {
     return new Promise((resolve) => {
       const box = element("form", "edit-box");
