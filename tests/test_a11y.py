@@ -159,3 +159,15 @@ def small_targets(page: Page, within: str) -> list[str]:
                 + ` ${Math.round(r.width)}x${Math.round(r.height)}`)""",
         within,
     )
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_settings_delete_all_section(new_page, alice, providers, scheme):
+    conversation_for(alice, "To go", "hi", "ho")
+    page = new_page(alice, color_scheme=scheme)
+    page.goto("/settings/")
+    assert violations(page) == []
+    page.get_by_label("Yes, delete my 1 conversation").check()
+    page.get_by_role("button", name="Delete all conversations").click()
+    expect(page.get_by_role("status")).to_have_text("1 conversation deleted; your usage records are kept.")
+    assert violations(page) == []

@@ -211,6 +211,7 @@ def test_organised_sidebar_in_dark_mode_on_a_phone(new_page, alice, providers):
     open_chat(page)
     page.locator(".folder-toggle").click()
     expect(page.locator(".folder li")).to_have_count(2)
+    page.mouse.move(600, 400)  # no row hovered in the picture
     page.locator("#sidebar").screenshot(path=str(SCREENSHOTS / "sidebar.png"), animations="disabled")
     page = new_page(alice, viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True, color_scheme="dark")
     open_chat(page)
