@@ -115,9 +115,9 @@ class PiecewiseSanitizer {
     const { html } = this;
     const from = this.pos + this.piece;
     if (from >= html.length) return html.length;
-    let end = html.indexOf("<", from);
-    if (end !== -1 && end < from + this.piece) return end;
-    end = from;
+    const tag = html.substring(from, from + this.piece).indexOf("<"); // not past the next piece
+    if (tag !== -1) return from + tag;
+    let end = from;
     if (html.lastIndexOf("<", end - 1) > html.lastIndexOf(">", end - 1)) {
       return html.indexOf(">", end) + 1 || html.length; // inside a long tag: after it
     }

@@ -325,7 +325,7 @@ export class StreamRenderer {
       const text = this.source.slice(this.committed, split);
       if (text.length > this.sliceAbove) {
         // The blocks stay as they streamed until their final render replaces them; what follows
-        // waits hidden meanwhile (it may repeat the last words the blocks show).
+        // waits, hidden (the streamed blocks may already show its first words).
         const shown = this.tail;
         this.tail = newTail();
         this.tail.hidden = true;
