@@ -298,7 +298,8 @@ def _begin_turn(
                 raise ChatError("not_found", "No such conversation.")
             if conversation.messages.streaming().exists():
                 raise ChatError("busy", "A reply is still streaming in this conversation; stop it first.")
-        last_user = conversation.messages.filter(role=Message.Role.USER).last()
+        # A conversation created just now has no messages: no need to ask.
+        last_user = None if conversation_id is None else conversation.messages.filter(role=Message.Role.USER).last()
         if edit is not None or content is None:
             if last_user is None or (edit is not None and last_user.pk != edit):
                 raise ChatError("not_last", "Only the last message of a conversation can be edited or regenerated.")
@@ -321,7 +322,7 @@ def _begin_turn(
             conversation.merge_params(params)
         if system_prompt is not None:
             conversation.system_prompt = system_prompt
-        conversation.save(update_fields=["current", "model", "updated", "params", "system_prompt"])
+        # Saved once, below, with the reply as `current`: the history is read from the messages.
         history = conversation.upstream_messages(images=images)
         prompt_tokens = upstream.estimate_tokens(prompt_chars(history))  # chat/relay.py: text and images
         try:
@@ -344,7 +345,7 @@ def _begin_turn(
             worker_id=worker_id,
         )
         conversation.current = reply
-        conversation.save(update_fields=["current"])
+        conversation.save(update_fields=["current", "model", "updated", "params", "system_prompt"])
         usage = Usage.objects.create(
             user=user,
             provider=entry.provider,
