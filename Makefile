@@ -75,9 +75,12 @@ bench-lock: | $(BIN)/python
 	--no-config --python-version 3.11 --generate-hashes --custom-compile-command "make bench-lock" $(LOCK_ARGS) \
 	--output-file bench/requirements.lock bench/requirements.txt
 
-# About 20 minutes: compare.py (~10, against LiteLLM too once `make bench-deps` has run), then the others.
+# About 45 minutes: compare.py (~10, against LiteLLM too once `make bench-deps` has run), scaleout.py
+# (two processes on PostgreSQL + Redis, ~2), soak.py (two rounds of 10 minutes), then the others.
 bench: $(VENV)/.test-deps
 	$(BIN)/python bench/compare.py
+	$(BIN)/python bench/scaleout.py
+	$(BIN)/python bench/soak.py
 	$(BIN)/python bench/stream_bench.py
 	$(BIN)/python bench/server_bench.py
 	$(BIN)/python bench/budget_bench.py

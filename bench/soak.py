@@ -19,6 +19,7 @@ import asyncio
 import os
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 
 import aiohttp
 import orjson
@@ -96,6 +97,7 @@ def main() -> None:
     parser.add_argument("--delay", type=int, default=20, help="ms between chunks (20: 50 a second)")
     parser.add_argument("--settle", type=float, default=10, help="idle seconds before RSS is read after a round")
     parser.add_argument("--database-url")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="folder for the JSON")
     args = parser.parse_args()
     stack = Stack(args.database_url, litellm=False)
     try:
@@ -109,8 +111,8 @@ def main() -> None:
         f"growth {report['growth_mib']:+.1f} MiB ({report['growth_kib_per_stream']:+.1f} KiB a stream); "
         f"peak {report['peak_kib_per_stream']:.0f} KiB a stream over the start"
     )
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "soak-latest.json").write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "soak-latest.json").write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))
 
 
 if __name__ == "__main__":

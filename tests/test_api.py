@@ -10,6 +10,7 @@ import httpx
 import openai
 import pytest
 from django.core.management import call_command
+from django.utils import timezone
 
 from chat.models import ApiToken, Conversation, Provider, Usage
 from tests.conftest import MODELS
@@ -344,6 +345,35 @@ def test_token_page_creates_lists_and_revokes(server, alice, bob, providers):
     with pytest.raises(openai.AuthenticationError):
         client.models.list()
     assert "revoked" in browser.get("/settings/tokens/").text
+
+
+def test_a_completions_token_is_cached_but_a_revocation_reaches_it(server, alice, bob, providers, fake):
+    """Revoked in the server's process: refused at once; elsewhere (here): within API_TOKEN_CACHE_SECONDS."""
+    browser = httpx.Client(base_url=server.url, follow_redirects=True)
+    browser.get("/accounts/login/")
+    login = {"username": "alice", "password": "alice-secret-pw", "csrfmiddlewaretoken": browser.cookies["csrftoken"]}
+    browser.post("/accounts/login/", data=login)
+    csrf = browser.cookies["csrftoken"]
+
+    def completes(secret: str) -> bool:
+        client = openai.OpenAI(base_url=server.url + "/v1", api_key=secret, max_retries=0, timeout=30)
+        try:
+            return client.chat.completions.create(**message("hi", max_tokens=5)).object == "chat.completion"
+        except openai.AuthenticationError:
+            return False
+
+    token, secret = ApiToken.issue(alice, "cached")
+    assert completes(secret)  # now in the server's cache
+    browser.post(f"/settings/tokens/{token.pk}/revoke/", data={"csrfmiddlewaretoken": csrf})
+    assert not completes(secret)
+    other, secret = ApiToken.issue(bob, "cached elsewhere")
+    assert completes(secret)
+    started = time.monotonic()
+    ApiToken.objects.filter(pk=other.pk).update(revoked=timezone.now())  # another process: no signal reaches it
+    # Asked twice a second (a tighter poll would meet the rate limit of 60 a minute).
+    while completes(secret) and time.monotonic() - started < 10:
+        time.sleep(0.5)
+    assert time.monotonic() - started < 5 + 2  # the documented bound, 5 s, and a request's time
 
 
 def test_admin_sees_and_revokes_every_token(client, django_user_model, alice, token):

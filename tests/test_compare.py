@@ -25,3 +25,29 @@ def test_compare_runs_one_stream_through_each_path_and_writes_its_figures(tmp_pa
     assert all(row["failed"] == 0 and row["per_second"] > 0 for row in rates.values()), rates
     assert rates["ours /v1"]["cpu_ms_per_request"] > 0
     assert "| ours websocket | 1 |" in done.stdout  # the printed table
+
+
+def test_soak_runs_two_short_rounds_and_reports_the_rss_after_each(tmp_path):
+    tiny = ["--streams", "2", "--minutes", "0.02", "--chunks", "3", "--delay", "1", "--settle", "0.5"]
+    done = subprocess.run([sys.executable, "bench/soak.py", *tiny, "--out", str(tmp_path)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=240)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = orjson.loads((tmp_path / "soak-latest.json").read_bytes())
+    assert [r["round"] for r in report["rounds"]] == [1, 2]
+    for row in report["rounds"]:
+        assert row["streams_run"] >= 2 and row["failed"] == 0 and row["lost_chunks"] == 0, row["errors"]
+        assert row["rss_after_mib"] > 0
+    assert "growth" in done.stdout
+
+
+def test_scaleout_runs_streams_over_two_processes_on_postgresql_and_redis(tmp_path):
+    tiny = ["--streams", "2", "--chunks", "3", "--delay", "1"]
+    done = subprocess.run([sys.executable, "bench/scaleout.py", *tiny, "--out", str(tmp_path)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=240)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = orjson.loads((tmp_path / "scaleout-latest.json").read_bytes())
+    assert report["processes"] == 2
+    assert [row["path"] for row in report["results"]] == ["direct", "/v1", "direct", "websocket"]
+    for row in report["results"]:
+        assert (row["streams"], row["failed"], row["lost_chunks"]) == (2, 0, 0), (row["path"], row["errors"])
+        assert row["ttft_p50_ms"] > 0

@@ -441,7 +441,13 @@ def _begin_turn(
         if system_prompt is not None:
             conversation.system_prompt = system_prompt
         conversation.save(update_fields=["current", "model", "updated", "params", "system_prompt"])
-        history = conversation.upstream_messages(images=images)
+        if conversation_id is None and not attachments:
+            # Created just now, it holds only this message: its history needs no query.
+            history = [{"role": "system", "content": conversation.system_prompt}] if conversation.system_prompt else []
+            if content:
+                history.append({"role": Message.Role.USER.value, "content": content})
+        else:
+            history = conversation.upstream_messages(images=images)
         if reply is not None:
             history.append({"role": Message.Role.USER, "content": CONTINUE_PROMPT})
         prompt_tokens = upstream.estimate_tokens(prompt_chars(history))  # chat/relay.py: text and images
