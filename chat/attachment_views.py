@@ -56,8 +56,8 @@ async def upload(request):
     if upload.size > settings.ATTACHMENT_MAX_FILE_BYTES:
         return error(
             413, "file_too_large",
-            f"{name} is {human_size(upload.size)}, over the limit of {human_size(settings.ATTACHMENT_MAX_FILE_BYTES)} "
-            "per file.",
+            _("%(name)s is %(size)s, over the limit of %(limit)s per file.")
+            % {"name": name, "size": human_size(upload.size), "limit": human_size(settings.ATTACHMENT_MAX_FILE_BYTES)},
         )  # fmt: skip
     if upload.size == 0:
         return error(400, "empty_file", _("%(name)s is empty.") % {"name": name})
@@ -71,8 +71,8 @@ async def upload(request):
     if inspected.kind == "document" and inspected.tokens > settings.ATTACHMENT_MAX_MESSAGE_TOKENS:
         return error(
             400, "too_many_tokens",
-            f"{name} comes to about {inspected.tokens:,} tokens, over the limit of "
-            f"{settings.ATTACHMENT_MAX_MESSAGE_TOKENS:,} per message.",
+            _("%(name)s comes to about %(tokens)s tokens, over the limit of %(limit)s per message.")
+            % {"name": name, "tokens": f"{inspected.tokens:,}", "limit": f"{settings.ATTACHMENT_MAX_MESSAGE_TOKENS:,}"},
         )  # fmt: skip
     try:
         attachment = await sync_to_async(Attachment.create_for)(user, name, upload.size, inspected)
