@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('chat', '0015_usage_per_stream'),
+        ('chat', '0015_branches'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
