@@ -19,8 +19,13 @@ FRENCH = settings.BASE_DIR / "locale" / "fr" / "LC_MESSAGES"
 DOMAINS = ["django", "djangojs"]
 # As README's "Translations" section runs makemessages.
 IGNORE = [".venv", "bench", "tests", "static/vendor", "staticfiles", "deploy", "docs"]
-# What makemessages reads: the code, the templates and the page's scripts.
-SOURCES = ["chat", "chatsite", "templates", "static/chat", "static/tokens"]
+# What makemessages reads: the code, the templates and the page's scripts (every folder of static/ but vendor/).
+SCRIPTS = sorted(
+    f"static/{folder.name}"
+    for folder in (settings.BASE_DIR / "static").iterdir()
+    if folder.is_dir() and folder.name != "vendor"
+)
+SOURCES = ["chat", "chatsite", "templates", *SCRIPTS]
 PLACEHOLDER = re.compile(r"%\([a-z_]+\)[sdr]")
 
 
