@@ -169,5 +169,7 @@ def test_settings_delete_all_section(new_page, alice, providers, scheme):
     assert violations(page) == []
     page.get_by_label("Yes, delete my 1 conversation").check()
     page.get_by_role("button", name="Delete all conversations").click()
-    expect(page.get_by_role("status")).to_have_text("1 conversation deleted; your usage records are kept.")
+    expect(page.locator(".delete-all").get_by_role("status")).to_have_text(
+        "1 conversation deleted; your usage records are kept."
+    )
     assert violations(page) == []

@@ -215,7 +215,8 @@ def test_exporting_everything_reads_a_few_queries_however_many_conversations(
         ask = Message.objects.create(conversation=c, role="user", content=f"question {n}")
         c.current = Message.objects.create(conversation=c, parent=ask, role="assistant", content=f"answer {n}")
         c.save()
-    with django_assert_max_num_queries(6):
+    # Each of the two: conversations, messages, their usage rows (one per stream), attachments; not one a conversation.
+    with django_assert_max_num_queries(8):
         everything = exports.export_json(Conversation.objects.owned_by(alice).order_by("created"))
         md = exports.markdown_all(Conversation.objects.owned_by(alice).order_by("created"))
     assert len(everything["conversations"]) == 31 and "answer 29" in md

@@ -160,7 +160,7 @@ class ConversationAdmin(admin.ModelAdmin):
         rows = review_rows(conversation)
         inline = MessageInline(Message, self.admin_site)
         for row in rows:
-            metered = hasattr(row.message, "usage") or row.message.imported_usage
+            metered = row.message.usage is not None or row.message.imported_usage
             row.usage = inline.metered(row.message) if metered else ""
             row.attachments = attachment_links(row.message.attachments.all())
         return rows
