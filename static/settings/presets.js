@@ -41,10 +41,17 @@ function selectModel(select, model) {
 // --- defaults for new chats ------------------------------------------------------------
 
 async function loadDefaults() {
-  const defaults = await api("/api/defaults");
-  selectModel($("default-model"), defaults.model);
-  $("default-temperature").value = defaults.temperature ?? "";
-  $("default-system-prompt").value = defaults.system_prompt;
+  try {
+    const defaults = await api("/api/defaults");
+    selectModel($("default-model"), defaults.model);
+    $("default-temperature").value = defaults.temperature ?? "";
+    $("default-system-prompt").value = defaults.system_prompt;
+  } finally {
+    // Usable once the stored values are in (or could not be read): nothing typed before is overwritten.
+    for (const id of ["default-model", "default-temperature", "default-system-prompt", "defaults-save"]) {
+      $(id).disabled = false;
+    }
+  }
 }
 
 $("defaults-form").addEventListener("submit", async (event) => {
