@@ -101,6 +101,10 @@ class Stack:
             "UPSTREAM_MODEL": MODEL,
             "DJANGO_ALLOWED_HOSTS": "127.0.0.1",
             "LOG_LEVEL": "WARNING",
+            # A new conversation's first answer is followed by a title request (chat/titles.py): one
+            # more upstream request per websocket stream, which LiteLLM and /v1 do not make. Off, so
+            # the paths compare like for like; README says what a title costs.
+            "CHAT_TITLES": "0",
             "FAKE_UPSTREAM_KEY": KEY,
             # One user runs every stream: the per-person limits are off, and so are the connect-storm
             # guards (400 sockets opening at once is the load under test, not an attack).

@@ -1,5 +1,9 @@
 """Profile the server with py-spy while it answers one-token requests one at a time, on /v1 or the websocket.
 
+With --streams, it profiles the per-chunk path instead: that many concurrent streams of
+--chunks chunks each, 20 ms apart (bench/compare.py's load), started before py-spy attaches
+in the sense that their starts are a small share of the samples.
+
 Starts the same processes as bench/compare.py (without LiteLLM), attaches py-spy (bench/.venv,
 `make bench-deps`) to the server, runs --requests sequential one-token answers on one path and
 prints the functions with the most samples, inclusive and exclusive; the raw collapsed stacks
@@ -17,7 +21,7 @@ import collections
 import subprocess
 import time
 
-from compare import BENCH_VENV, RESULTS, Stack, one_token_rate, systems
+from compare import BENCH_VENV, RESULTS, Stack, cpu_per_chunk, measure, one_token_rate, systems
 
 # Leaf functions that wait rather than work.
 IDLE = ("select", "Condition.wait", "_wait_for_tstate_lock", "SimpleQueue.get", "Event.wait")
@@ -27,11 +31,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--path", choices=["api", "websocket"], default="api")
     parser.add_argument("--requests", type=int, default=300)
+    parser.add_argument("--streams", type=int, default=0, help="profile this many concurrent long streams instead")
+    parser.add_argument("--chunks", type=int, default=500, help="chunks a stream, with --streams")
     parser.add_argument("--top", type=int, default=40)
     parser.add_argument("--database-url")
     args = parser.parse_args()
     RESULTS.mkdir(parents=True, exist_ok=True)
-    raw = RESULTS / f"profile-{args.path}.txt"
+    raw = RESULTS / f"profile-{args.path}{'-chunks' if args.streams else ''}.txt"
     stack = Stack(args.database_url, litellm=False)
     try:
         name = "ours /v1" if args.path == "api" else "ours websocket"
@@ -39,18 +45,28 @@ def main() -> None:
         socket = stack if args.path == "websocket" else None
         asyncio.run(one_token_rate(one, pid, 20, 1, socket))  # warm up
         spy = subprocess.Popen(
-            [str(BENCH_VENV / "bin" / "py-spy"), "record", "--pid", str(pid), "--format", "raw", "--rate", "500",
-             "--gil", "--output", str(raw), "--nonblocking"],
+            [str(BENCH_VENV / "bin" / "py-spy"), "record", "--pid", str(pid), "--format", "raw", "--rate", "500", "--gil",
+             "--output", str(raw), "--nonblocking"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
         time.sleep(1)  # py-spy attaching
-        rate = asyncio.run(one_token_rate(one, pid, args.requests, 1, socket))
+        if args.streams:
+            start_ms = asyncio.run(one_token_rate(one, pid, 50, 1, socket))["cpu_ms_per_request"]
+            result = asyncio.run(measure(one, pid, args.streams, args.chunks, 20))
+            cpu_per_chunk(result, start_ms, args.chunks)
+        else:
+            rate = asyncio.run(one_token_rate(one, pid, args.requests, 1, socket))
         spy.send_signal(2)
         spy.wait(30)
     finally:
         stack.close()
-    print(f"{args.requests} one-token answers on {name}: {rate['per_second']:.0f}/s, "
-          f"CPU {rate['cpu_ms_per_request']:.2f} ms each, failed {rate['failed']}")  # fmt: skip
+    if args.streams:
+        print(f"{args.streams} streams of {args.chunks} chunks on {name}: CPU {result['cpu_us_per_chunk']:.0f} µs a chunk, "
+              f"chunk p50/p99 {result['chunk_p50_ms']:.1f}/{result['chunk_p99_ms']:.1f} ms, failed {result['failed']}, "
+              f"lost {result['lost_chunks']}")  # fmt: skip
+    else:
+        print(f"{args.requests} one-token answers on {name}: {rate['per_second']:.0f}/s, "
+              f"CPU {rate['cpu_ms_per_request']:.2f} ms each, failed {rate['failed']}")  # fmt: skip
     inclusive, exclusive, total = collections.Counter(), collections.Counter(), 0
     for line in raw.read_text().splitlines():
         stack_text, _, count = line.rpartition(" ")
