@@ -7,14 +7,13 @@ import logging
 from contextlib import AsyncExitStack
 
 import orjson
-from channels.db import database_sync_to_async
 from django.conf import settings
 from django.db import transaction
 from django.http import HttpResponse, StreamingHttpResponse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
-from . import budgets, busy, limits, process, upstream
+from . import budgets, busy, db, limits, process, upstream
 from .apiauth import authenticate, bearer, caller
 from .models import (
     ApiToken,
@@ -86,7 +85,7 @@ async def chat_completions(request):
     if request.method != "POST":
         return openai_error(405, "Use POST.", "invalid_request_error", "method_not_allowed")
     secret = bearer(request)
-    found = None if secret is None else await database_sync_to_async(caller)(secret)
+    found = None if secret is None else await db.run(caller)(secret)
     if found is None:
         return unauthorized()
     token, access = found
@@ -117,7 +116,7 @@ async def chat_completions(request):
         # A short wait for SQLite's write lock: a busy database is a quick 503 with Retry-After.
         # Channels' wrapper closes the connection after (back to the pool on PostgreSQL): a
         # stream does not hold one while it runs.
-        await database_sync_to_async(busy.waiting_briefly(meter.begin))()
+        await db.run(busy.waiting_briefly(meter.begin))()
     except limits.LimitExceeded as exc:
         return too_many(exc)
     except busy.UNAVAILABLE as exc:
@@ -246,7 +245,7 @@ def too_many(exc: limits.LimitExceeded) -> HttpResponse:
 async def over_budget(meter: Meter, exc: budgets.BudgetExceeded) -> HttpResponse:
     """429 with OpenAI's out-of-quota type (the SDKs raise RateLimitError); the refusal gets a usage row."""
     try:
-        await database_sync_to_async(meter.refuse)(exc)
+        await db.run(meter.refuse)(exc)
     except Exception:
         log.exception("could not record a refused API request for %s", meter.token.user)
     return openai_error(429, exc.detail, "insufficient_quota", exc.code)
@@ -362,7 +361,7 @@ class Meter:
         # again, so the usage of an answer already given is not lost.
         for pause in (*RECORD_RETRY_PAUSES, None):
             try:
-                await database_sync_to_async(self._save)(status, error, usage)
+                await db.run(self._save)(status, error, usage)
                 return
             except busy.UNAVAILABLE as exc:
                 if pause is None:

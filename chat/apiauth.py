@@ -6,13 +6,12 @@ import logging
 import time
 from datetime import timedelta
 
-from channels.db import database_sync_to_async
 from django.conf import settings
 from django.db.models.signals import post_save
 from django.dispatch import receiver
 from django.utils import timezone
 
-from . import busy
+from . import busy, db
 from .models import Access, ApiToken, access_of
 
 log = logging.getLogger(__name__)
@@ -29,7 +28,7 @@ def bearer(request) -> str | None:
 async def authenticate(request) -> ApiToken | None:
     """The active token of the request, read from the database."""
     secret = bearer(request)
-    return None if secret is None else await database_sync_to_async(token_for)(secret)
+    return None if secret is None else await db.run(token_for)(secret)
 
 
 def token_for(secret: str) -> ApiToken | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 from contextlib import contextmanager
 
 import orjson
@@ -54,13 +55,30 @@ def short_wait(seconds: float):
             connection.close()  # a fresh connection gets the configured timeout back
 
 
+# When a brief wait last gave up (time.monotonic()).
+_gave_up_at = float("-inf")
+
+
 def waiting_briefly(function, seconds: float | None = None):
-    """`function` run under short_wait (API_DB_WAIT_SECONDS unless given)."""
+    """`function` run under short_wait (API_DB_WAIT_SECONDS unless given).
+
+    Starts queue for a database thread (chat/db.py), so a lock held elsewhere would make each
+    wait its turn and then its own seconds: one that was already queued when another gave up
+    gives up at once, as if they had waited side by side.
+    """
+    queued = time.monotonic()
 
     @functools.wraps(function)
     def wrapper(*args, **kwargs):
-        with short_wait(settings.API_DB_WAIT_SECONDS if seconds is None else seconds):
-            return function(*args, **kwargs)
+        global _gave_up_at
+        if _gave_up_at > queued:
+            raise OperationalError("database is locked (a start queued beside this one waited for it in vain)")
+        try:
+            with short_wait(settings.API_DB_WAIT_SECONDS if seconds is None else seconds):
+                return function(*args, **kwargs)
+        except UNAVAILABLE:
+            _gave_up_at = time.monotonic()
+            raise
 
     return wrapper
 

@@ -8,13 +8,12 @@ import time
 from typing import Any
 
 import orjson
-from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 from django.utils import translation
 from django.utils.translation import gettext as _
 
-from . import busy, generation, params, process, sessions
+from . import busy, db, generation, params, process, sessions
 from .generation import Job, conversation_group, frame, snapshot_frames
 from .language import language_from_scope
 from .limits import FRAME_LIMIT_CLOSE_CODE, FrameLimiter
@@ -230,7 +229,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         if not fresh and now - self.session_checked < settings.CHAT_SESSION_CHECK_SECONDS:
             return True
         try:
-            valid = await database_sync_to_async(sessions.session_is_valid)(self.session_key, self.user.pk)
+            valid = await db.run(sessions.session_is_valid)(self.session_key, self.user.pk)
         except Exception as exc:  # a database blip must not sign everyone out; the next frame asks again
             log.warning("could not check the session of user %s's socket: %r", self.user.pk, exc)
             return True
@@ -272,12 +271,12 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
 
     async def on_switch(self, fields: dict) -> None:
         message_id = parse_id(fields, "message")
-        conversation = await database_sync_to_async(branches.switch)(self.user, message_id)
+        conversation = await db.run(branches.switch)(self.user, message_id)
         await self.tell_changed("switched", conversation, message_id)
 
     async def on_delete(self, fields: dict) -> None:
         message_id = parse_id(fields, "message")
-        conversation = await database_sync_to_async(branches.delete_pair)(self.user, message_id)
+        conversation = await db.run(branches.delete_pair)(self.user, message_id)
         await self.tell_changed("deleted", conversation, message_id)
 
     async def tell_changed(self, kind: str, conversation: Conversation, message_id: int) -> None:
@@ -305,12 +304,8 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             raise ChatError("bad_field", _("`model` must be a string."))
         params = parse_params(fields.get("params"))
         if conversation_id is not None:
-            stored = (
-                await Conversation.objects.owned_by(self.user)
-                .filter(pk=conversation_id)
-                .values_list("model", flat=True)
-                .afirst()
-            )
+            models = Conversation.objects.owned_by(self.user).filter(pk=conversation_id).values_list("model", flat=True)
+            stored = await db.run(models.first)()
             if stored is None:
                 raise ChatError("not_found", _("No such conversation."))
             model = model or stored
@@ -329,7 +324,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             turn["system_prompt"] = access.system_prompt  # the group's default for a new chat
         await process.ensure_started()
         # A short wait for SQLite's lock: this runs on the thread every socket's database work shares.
-        turn = await database_sync_to_async(busy.waiting_briefly(begin_turn))(
+        turn = await db.run(busy.waiting_briefly(begin_turn))(
             self.user, entry, params, conversation_id=conversation_id, worker_id=process.worker_id(), **turn
         )
         await self.watch(turn.conversation.pk)

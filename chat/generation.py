@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import transaction
@@ -26,7 +25,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
-from . import budgets, limits, upstream
+from . import budgets, db, limits, upstream
 from .models import Conversation, Message, Provider, Turn, Usage, client, fit, stream_state, timeouts
 from .relay import prompt_chars
 
@@ -381,7 +380,7 @@ class Generation:
                 continue
             try:
                 text = self._whole(self.state.text, self.state.reasoning_text)
-                await database_sync_to_async(self._save_partial)(*text)
+                await db.run(self._save_partial)(*text)
             except Exception as exc:
                 failures += 1
                 if failures == 1:
@@ -427,7 +426,7 @@ class Generation:
         while True:
             attempt += 1
             try:
-                await database_sync_to_async(self._save_final)(status, error, usage)
+                await db.run(self._save_final)(status, error, usage)
             except asyncio.CancelledError:
                 # The process is exiting mid-save (which may still land in its thread): say so loudly.
                 log.error(
@@ -462,7 +461,7 @@ class Generation:
     async def _last_try(self, status: str, error: str, usage: dict[str, Any]) -> None:
         """One more final save while the process exits; logs loudly when even that fails."""
         try:
-            await database_sync_to_async(self._save_final)(status, error, usage)
+            await db.run(self._save_final)(status, error, usage)
             log.warning("generation %s: final save landed while the process was exiting", self.job.message_id)
         except BaseException as exc:
             log.error(

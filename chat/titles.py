@@ -16,13 +16,12 @@ import logging
 from dataclasses import dataclass
 
 import orjson
-from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
-from . import budgets, limits, process, upstream
+from . import budgets, db, limits, process, upstream
 from .models import Conversation, Message, Provider, Usage, access_for, client, stream_state, timeouts
 from .relay import prompt_chars
 from .sessions import user_group
@@ -76,7 +75,7 @@ def wanted(conversation_id: int, reply_id: int) -> Request | None:
 async def write(conversation_id: int, reply_id: int) -> str | None:
     """Ask for the title, store it unless the owner renamed the conversation meanwhile, tell their sockets."""
     try:
-        request = await database_sync_to_async(wanted)(conversation_id, reply_id)
+        request = await db.run(wanted)(conversation_id, reply_id)
         if request is None:
             return None
         title = ""
@@ -85,7 +84,7 @@ async def write(conversation_id: int, reply_id: int) -> str | None:
         except Exception as exc:  # any failure leaves the first line: a title is never worth an error
             log.info("conversation %s: no title from the model (%s); the first line stays", conversation_id, exc)
         title = title or request.fallback
-        if not await database_sync_to_async(store)(conversation_id, title):
+        if not await db.run(store)(conversation_id, title):
             return None
         text = orjson.dumps({"type": "title", "conversation": conversation_id, "title": title}).decode()
         await get_channel_layer().group_send(user_group(request.owner.pk), {"type": "chat.title", "text": text})
@@ -110,7 +109,7 @@ async def ask(request: Request) -> str:
     await process.ensure_started()
     payload = upstream.build_payload(entry.model, request.messages, max_tokens=MAX_TOKENS)
     chars = prompt_chars(request.messages)
-    usage = await database_sync_to_async(begin)(request.owner, provider, entry.model, chars, process.worker_id())
+    usage = await db.run(begin)(request.owner, provider, entry.model, chars, process.worker_id())
     loop = asyncio.get_running_loop()
     state = stream_state(loop.time(), provider.api_key)
     status, error = Message.Status.FAILED, ""
@@ -138,7 +137,7 @@ async def ask(request: Request) -> str:
         state.ended_at = loop.time()
         metering = state.metering(chars, loop.time())
         ending = Usage.ending(state, status, error, metering)
-        await database_sync_to_async(budgets.settle)(usage.pk, ending)
+        await db.run(budgets.settle)(usage.pk, ending)
     if status == Message.Status.FAILED:
         raise upstream.UpstreamError("protocol", error or "the title request failed")
     return state.text

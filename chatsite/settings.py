@@ -150,6 +150,11 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and DATABAS
         # grows to minutes, so a process stayed without its database, and its lease, long after).
         "reconnect_timeout": 2,
     }
+# The threads that do a stream's database work, each keeping one connection (chat/db.py). SQLite
+# takes one writer at a time: one thread queues them in order instead of polling for the lock.
+DATABASE_THREADS = env_number(
+    "DATABASE_THREADS", 1 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3" else 4
+)
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["OPTIONS"] = {
         "transaction_mode": "IMMEDIATE",

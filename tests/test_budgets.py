@@ -512,6 +512,9 @@ async def test_twenty_simultaneous_websocket_sends_within_a_budget_for_five(pair
         assert len(started) + len(errors) == 20
         assert {e["code"] for e in errors} == {"budget_exceeded"}
         assert all("it resets on 1 " in e["detail"] for e in errors)
+        for ws, _ in started:  # `started` goes out as the upstream is asked: its first delta says it was
+            while (frame_in := await ws.receive_json(timeout=30))["type"] != "delta":
+                assert frame_in["type"] != "done", frame_in
         assert len(fake_server.app.streams) == len(started)
         for ws, answer in started:
             await ws.send_str(orjson.dumps({"type": "stop", "message": answer["message"]}).decode())

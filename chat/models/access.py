@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from asgiref.sync import sync_to_async
 from django.contrib.auth.models import Group
 from django.db import connection, models
 
+from .. import db
 from .base import MODEL_MAX_LENGTH
 
 
@@ -73,8 +73,8 @@ class Access:
 
 
 async def access_for(user) -> Access:
-    """The limits as they apply to `user`, read in one trip to a worker thread (see access_of)."""
-    return await sync_to_async(access_of)(user)
+    """The limits as they apply to `user`, read in one trip to a database thread (see access_of)."""
+    return await db.run(access_of)(user)
 
 
 def access_of(user) -> Access:

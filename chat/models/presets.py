@@ -7,6 +7,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from .. import db
 from .base import MODEL_MAX_LENGTH
 
 MAX_PRESET_TEXT = 20_000  # characters, as a message's system prompt (chat/params.py)
@@ -82,7 +83,7 @@ class ChatDefaults(models.Model):
 
     @classmethod
     async def aof(cls, user) -> ChatDefaults:
-        return await cls.objects.filter(user=user).afirst() or cls(user=user)
+        return await db.run(cls.of)(user)
 
     def as_json(self) -> dict:
         return {"model": self.model, "temperature": self.temperature, "system_prompt": self.system_prompt}
