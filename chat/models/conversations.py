@@ -427,20 +427,23 @@ def _begin_turn(
         elif content is None:
             user_message = _regenerated(conversation, regenerate)
         else:
+            # A new conversation's path is this message and its answer: both are stamped as chosen
+            # as they are written, instead of by show()'s query and update.
             user_message = conversation.messages.create(
-                role=Message.Role.USER, content=content, parent_id=conversation.current_id
-            )
+                role=Message.Role.USER, content=content, parent_id=conversation.current_id,
+                chosen=timezone.now() if conversation_id is None else None,
+            )  # fmt: skip
             if attachments:
                 Attachment.objects.attach_to(user_message, attachments)
         now = timezone.now()
-        conversation.current = reply or user_message  # the history sent upstream ends with it
+        # In memory only for now (saved once, below, with the reply as current): the history ends with it.
+        conversation.current = reply or user_message
         conversation.model = entry.qualified
         conversation.updated = now
         if params:
             conversation.merge_params(params)
         if system_prompt is not None:
             conversation.system_prompt = system_prompt
-        conversation.save(update_fields=["current", "model", "updated", "params", "system_prompt"])
         if conversation_id is None and not attachments:
             # Created just now, it holds only this message: its history needs no query.
             history = [{"role": "system", "content": conversation.system_prompt}] if conversation.system_prompt else []
@@ -470,12 +473,16 @@ def _begin_turn(
                 model=entry.model,
                 updated=now,
                 worker_id=worker_id,
+                chosen=user_message.chosen if conversation_id is None else None,
             )
         else:
             reply.status, reply.model, reply.updated = Message.Status.STREAMING, entry.model, now
             reply.worker_id, reply.error, reply.finish_reason = worker_id, "", ""
             reply.save(update_fields=["status", "model", "updated", "worker", "error", "finish_reason"])
-        conversation.show(reply.pk)
+        conversation.current = reply
+        conversation.save(update_fields=["current", "model", "updated", "params", "system_prompt"])
+        if conversation_id is not None:  # an existing conversation: stamp the branch now shown
+            conversation.messages.filter(pk__in=conversation.path_ids()).update(chosen=now)
         usage = Usage.objects.create(
             user=user,
             provider=entry.provider,
