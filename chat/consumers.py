@@ -395,6 +395,9 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         await self.send(text_data=event["text"])
 
     async def chat_delta(self, event: dict) -> None:
+        conversation = event.get("conversation")
+        if conversation is not None and conversation not in self.watching:
+            return  # sent to the group as it was a moment ago (Generation._send_delta): no longer watched
         if event["message"] in self.attaching:
             seen = self.attaching[event["message"]]
             if seen is None or seen == FROM_DATABASE or event["seq"] <= seen:

@@ -32,6 +32,9 @@ from .relay import prompt_chars
 log = logging.getLogger(__name__)
 
 
+# How long a generation sends its deltas to the group's sockets as it last read them.
+MEMBERS_TTL = 1.0
+
 _tasks: set[asyncio.Task] = set()
 # The generation tasks alone (a graceful shutdown waits for these, not for control handlers).
 _streams: set[asyncio.Task] = set()
@@ -203,6 +206,9 @@ class Generation:
         self._lock = asyncio.Lock()
         self._last_flush = 0.0
         self._reader: asyncio.Task | None = None
+        # The group's sockets, read at most every MEMBERS_TTL for the deltas (chat/layers.py).
+        self._members: list[str] | None = None
+        self._members_read = 0.0
 
     async def run(self) -> None:
         job = self.job
@@ -324,10 +330,23 @@ class Generation:
                 fields["content"] = content_part
             if reasoning_part:
                 fields["reasoning"] = reasoning_part
-            await self.layer.group_send(
-                self.group,
-                {"type": "chat.delta", "message": self.job.message_id, "seq": self.seq, "text": frame(**fields)},
-            )
+            await self._send_delta(
+                {"type": "chat.delta", "message": self.job.message_id, "seq": self.seq, "text": frame(**fields),
+                 "conversation": self.job.conversation_id}
+            )  # fmt: skip
+
+    async def _send_delta(self, message: dict) -> None:
+        """To the group's sockets as read at most MEMBERS_TTL ago: with Redis, no round trip per delta.
+
+        A socket that joins while the reply streams asks for a snapshot first (handle()), which
+        reads the members again, so it misses no delta after the snapshot's; one that left may
+        get a delta or two more, which the consumer drops (ChatConsumer.chat_delta).
+        """
+        now = asyncio.get_running_loop().time()
+        if self._members is None or now - self._members_read > MEMBERS_TTL:
+            self._members = await self.layer.group_members(self.group)
+            self._members_read = now
+        await self.layer.send_to_members(self.group, self._members, message)
 
     def _flushed_text(self) -> tuple[str, str]:
         """The text up to the last delta sent: what arrived during the flush's awaits is still pending
@@ -348,6 +367,9 @@ class Generation:
             self.stop()
         elif request["type"] == "generation.snapshot":
             async with self._lock:
+                # The asking socket has joined the group: read the members again (under the lock, so
+                # a flush reading them before it joined cannot put the old list back afterwards).
+                self._members = None
                 await self._flush()
                 content, reasoning = self._flushed_text()
                 first, *parts = snapshot_frames(

@@ -72,7 +72,15 @@ class LocalChannelLayer(InMemoryChannelLayer):
         assert isinstance(message, dict), "message is not a dict"
         self.require_valid_group_name(group)
         self._clean_expired()
-        for channel in list(self.groups.get(group, ())):
+        await self.send_to_members(group, list(self.groups.get(group, ())), message)
+
+    async def group_members(self, group: str) -> list[str]:
+        """The channels in `group` now (see RedisChannelLayer.group_members)."""
+        return list(self.groups.get(group, ()))
+
+    async def send_to_members(self, group: str, members: list[str], message: dict) -> None:
+        """group_send() to members read earlier by group_members()."""
+        for channel in members:
             try:
                 self._put(channel, message)
             except ChannelFull:
@@ -143,14 +151,26 @@ class RedisChannelLayer(channels_redis.core.RedisChannelLayer):
 
     async def group_send(self, group: str, message: dict) -> None:
         assert self.require_valid_group_name(group), "Group name not valid"
+        await self.send_to_members(group, await self.group_members(group), message)
+
+    async def group_members(self, group: str) -> list[str]:
+        """The channels in `group` now: one round trip to Redis.
+
+        A sender of many messages to one group (a generation's deltas) may read them once and
+        send several messages with send_to_members(), so a socket of its own process gets them
+        without any round trip; it must read them again when a socket may have joined.
+        """
         key = self._group_key(group)
         async with self.connection(self.consistent_hash(group)).pipeline(transaction=False) as pipe:
             pipe.zremrangebyscore(key, min=0, max=int(time.time()) - self.group_expiry)
             pipe.zrange(key, 0, -1)
             _, members = await pipe.execute()
+        return [member.decode() for member in members]
+
+    async def send_to_members(self, group: str, members: list[str], message: dict) -> None:
+        """group_send() to members read by group_members(): this process's directly, the others' via Redis."""
         remote = []
-        for member in members:
-            channel = member.decode()
+        for channel in members:
             if self._is_local(channel):
                 self._inbox(channel).queue.put_nowait(dict(message))
             else:

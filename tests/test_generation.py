@@ -10,6 +10,7 @@ import aiohttp
 import orjson
 import pytest
 from asgiref.sync import sync_to_async
+from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import OperationalError, connection
 from django.utils import timezone
@@ -104,6 +105,25 @@ async def streaming_reply(alice, worker: Worker | None, content: str = "saved so
         user=alice, message=reply, model=I14, status="streaming", prompt_tokens=7, worker=worker
     )
     return reply
+
+
+async def test_deltas_go_to_the_members_read_once_a_second_not_once_a_delta(connect, alice, providers, monkeypatch):
+    layer = get_channel_layer()
+    reads: list[str] = []
+    read_members = layer.group_members
+
+    async def counted(group: str) -> list[str]:
+        reads.append(group)
+        return await read_members(group)
+
+    monkeypatch.setattr(layer, "group_members", counted)
+    _, _, ws = await connect(alice)
+    await ws.send(type="send", conversation=None, content="[[chunks:30]] [[delay:20]]", model=I14)
+    frames = await ws.until("done")
+    deltas = [f for f in frames if f["type"] == "delta"]
+    # With Redis each read is a round trip: 0.6 s of deltas read the members once (twice at most).
+    assert len(deltas) >= 10 and 1 <= len(reads) <= 2, (len(deltas), reads)
+    assert [f["seq"] for f in deltas] == list(range(1, len(deltas) + 1))
 
 
 async def test_attach_to_a_stream_whose_process_is_gone_answers_from_the_database_at_once(connect, alice, providers):
