@@ -80,8 +80,11 @@ def percentile(values: list[float], share: float) -> float | None:
 class Stack:
     """The fake upstream, our server and (if installed) LiteLLM's proxy, each in its own process."""
 
-    def __init__(self, database_url: str | None, litellm: bool, servers: int = 1, env: dict | None = None) -> None:
+    def __init__(
+        self, database_url: str | None, litellm: bool, servers: int = 1, env: dict | None = None, users: int = 1
+    ) -> None:
         self.processes: list[subprocess.Popen] = []
+        self.users = users
         try:
             self.start(database_url, litellm, servers, env or {})
         except BaseException:
@@ -126,14 +129,18 @@ class Stack:
         )  # fmt: skip
         manage = [sys.executable, "manage.py"]
         subprocess.run([*manage, "migrate", "-v0"], cwd=ROOT, env=self.env, check=True)
+        # `users` people (bench, bench1, ...), each with a session and a token: the i-th stream is person i mod users's.
         script = (
             "from django.contrib.auth.models import User; from chat.models import ApiToken;"
-            "from django.test import Client; u = User.objects.create_user('bench', password='x');"
-            "c = Client(); c.force_login(u); print(c.cookies['sessionid'].value);"
-            "print(ApiToken.issue(u, 'bench')[1])"
+            "from django.test import Client\n"
+            f"for n in range({self.users}):\n"
+            "    u = User.objects.create_user(f'bench{n or \"\"}', password='x')\n"
+            "    c = Client(); c.force_login(u); print(c.cookies['sessionid'].value, ApiToken.issue(u, 'bench')[1])"
         )
         out = subprocess.run([*manage, "shell", "-c", script], cwd=ROOT, env=self.env, check=True, capture_output=True)
-        self.cookie, self.token = out.stdout.decode().split()[-2:]
+        words = out.stdout.decode().split()[-2 * self.users :]
+        self.cookies, self.tokens = words[0::2], words[1::2]
+        self.cookie, self.token = self.cookies[0], self.tokens[0]
         # More than one: processes sharing the database (and, with REDIS_URL in env, Redis), each on its port.
         ports = [self.port] + [free_port() for _ in range(servers - 1)]
         self.urls = [f"http://127.0.0.1:{port}" for port in ports]

@@ -11,6 +11,7 @@ streams and lost chunks.
 
     .venv/bin/python bench/scaleout.py                    # 400 streams, 100 chunks 20 ms apart
     .venv/bin/python bench/scaleout.py --streams 20 --chunks 10
+    .venv/bin/python bench/scaleout.py --users 40           # the streams of 40 people, 10 each
 """
 
 from __future__ import annotations
@@ -49,16 +50,18 @@ async def measure(stack: Stack, path: str, streams: int, chunks: int, delay: int
     prompt = f"[[stamp]] [[chunks:{chunks}]] [[delay:{delay}]] [[reasoning:0]]"
     pids = [server.pid for server in stack.servers]
     run = Run()
-    auth = {"Authorization": f"Bearer {stack.token}"}
     key = {"Authorization": f"Bearer {stack.env['FAKE_UPSTREAM_KEY']}"}
 
     def one(session, index: int):
         url = stack.urls[index % len(stack.urls)]
+        person = index % stack.users
         if path == "direct":
             return openai_stream(session, stack.upstream, key, prompt, chunks, run)
         if path == "/v1":
+            auth = {"Authorization": f"Bearer {stack.tokens[person]}"}
             return openai_stream(session, url + "/v1", auth, prompt, chunks, run)
-        return websocket_stream(session, SimpleNamespace(url=url, cookie=stack.cookie), prompt, chunks, run)
+        socket = SimpleNamespace(url=url, cookie=stack.cookies[person])
+        return websocket_stream(session, socket, prompt, chunks, run)
 
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=300)) as session:
@@ -93,6 +96,7 @@ async def run_all(stack: Stack, args) -> dict:
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": machine(),
         "processes": len(stack.servers),
+        "users": stack.users,
         "chunks": args.chunks,
         "delay_ms": args.delay,
         "results": [],
@@ -125,11 +129,12 @@ def main() -> None:
     parser.add_argument("--delay", type=int, default=20, help="ms between chunks (20: 50 a second)")
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--pool", type=int, default=0, help="DATABASE_POOL_SIZE of each process (0: off, the default)")
+    parser.add_argument("--users", type=int, default=1, help="people the streams are spread over (one by default)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     with postgres_database("chat_bench") as database_url, redis_prefix("chat_bench") as prefix:
         env = {"REDIS_URL": REDIS_URL, "REDIS_PREFIX": prefix, "DATABASE_POOL_SIZE": str(args.pool)}
-        stack = Stack(database_url, litellm=False, servers=args.processes, env=env)
+        stack = Stack(database_url, litellm=False, servers=args.processes, env=env, users=args.users)
         try:
             report = asyncio.run(run_all(stack, args))
         finally:
