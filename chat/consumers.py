@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from typing import Any
 
 import orjson
 from channels.db import database_sync_to_async
+from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from channels.layers import get_channel_layer
 from django.conf import settings
 from django.utils import translation
 from django.utils.translation import gettext as _
@@ -101,8 +104,61 @@ def parse_attachments(value: Any) -> list[int]:
     return value
 
 
+async def dispatch_all(receivers, dispatch) -> None:
+    """channels.utils.await_many_dispatch, without a task and an asyncio.wait per message.
+
+    Channels waits on one task per source with asyncio.wait and makes a new task for every
+    message (a delta costs three task steps and the wait's callbacks). Here one reader task
+    per source hands its messages over through a queue of one: still one message at a time
+    in the order they came, and a source reads its next message only once the last one was
+    taken (so a layer's capacity still limits a socket that does not keep up). A reader's
+    error is raised here, as Channels raises it; on the way out the readers are cancelled.
+    """
+    handoff: asyncio.Queue = asyncio.Queue(maxsize=1)
+
+    async def read(receive) -> None:
+        try:
+            while True:
+                message = await receive()
+                await handoff.put((message, None))
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:
+            await handoff.put((None, exc))
+
+    readers = [asyncio.ensure_future(read(receive)) for receive in receivers]
+    try:
+        while True:
+            message, error = await handoff.get()
+            if error is not None:
+                raise error
+            await dispatch(message)
+    finally:
+        for reader in readers:
+            reader.cancel()
+        for reader in readers:
+            try:
+                await reader
+            except asyncio.CancelledError:
+                pass
+
+
 class ChatConsumer(AsyncJsonWebsocketConsumer):
     """One browser tab: it sends messages, stops and attaches to streams, and watches conversations."""
+
+    async def __call__(self, scope, receive, send) -> None:
+        # channels.consumer.AsyncConsumer.__call__ with dispatch_all for await_many_dispatch.
+        self.scope = scope
+        self.channel_layer = get_channel_layer(self.channel_layer_alias)
+        if self.channel_layer is not None:
+            self.channel_name = await self.channel_layer.new_channel()
+            self.channel_receive = functools.partial(self.channel_layer.receive, self.channel_name)
+        self.base_send = send
+        try:
+            await dispatch_all([receive, self.channel_receive] if self.channel_layer is not None else [receive],
+                               self.dispatch)  # fmt: skip
+        except StopConsumer:
+            pass
 
     async def connect(self) -> None:
         user = self.scope.get("user")
