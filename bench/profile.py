@@ -45,8 +45,8 @@ def main() -> None:
         socket = stack if args.path == "websocket" else None
         asyncio.run(one_token_rate(one, pid, 20, 1, socket))  # warm up
         spy = subprocess.Popen(
-            [str(BENCH_VENV / "bin" / "py-spy"), "record", "--pid", str(pid), "--format", "raw", "--rate", "500", "--gil",
-             "--output", str(raw), "--nonblocking"],
+            [str(BENCH_VENV / "bin" / "py-spy"), "record", "--pid", str(pid), "--format", "raw", "--rate", "500",
+             "--gil", "--output", str(raw), "--nonblocking"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
         time.sleep(1)  # py-spy attaching
@@ -61,7 +61,8 @@ def main() -> None:
     finally:
         stack.close()
     if args.streams:
-        print(f"{args.streams} streams of {args.chunks} chunks on {name}: CPU {result['cpu_us_per_chunk']:.0f} µs a chunk, "
+        print(f"{args.streams} streams of {args.chunks} chunks on {name}: "
+              f"CPU {result['cpu_us_per_chunk']:.0f} µs a chunk, "
               f"chunk p50/p99 {result['chunk_p50_ms']:.1f}/{result['chunk_p99_ms']:.1f} ms, failed {result['failed']}, "
               f"lost {result['lost_chunks']}")  # fmt: skip
     else:
