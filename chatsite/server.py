@@ -114,6 +114,16 @@ def _no_start() -> None:
     """A transport's startWriting while a reply's bytes are written through (ChatServer._write_through)."""
 
 
+def _send_now(transport) -> None:
+    """Hand a transport's newly buffered bytes to the socket; the rest, or an error, to the reactor."""
+    if not transport._tempDataBuffer:
+        return  # nothing written (closed, or an empty body)
+    if transport.connected and not transport.disconnecting and transport.doWrite() is None:
+        if not transport._tempDataBuffer and transport.offset == len(transport.dataBuffer):
+            return  # all of it is with the kernel
+    transport.startWriting()
+
+
 class Flow:
     """The `chatsite.flow` scope extension of an HTTP request: why the server cut it, if it did."""
 
@@ -250,13 +260,9 @@ class ChatServer(Server):
         try:
             await super().handle_reply(protocol, message)
         finally:
+            # Even if daphne raised after writing: nothing may stay buffered unwatched.
             del transport.startWriting
-        if not transport._tempDataBuffer:
-            return  # nothing written (closed, or an empty body)
-        if transport.connected and not transport.disconnecting and transport.doWrite() is None:
-            if not transport._tempDataBuffer and transport.offset == len(transport.dataBuffer):
-                return  # all of it is with the kernel
-        transport.startWriting()  # the rest, or the error, for the reactor
+            _send_now(transport)
 
     async def _wait_for_reader(self, protocol) -> None:
         """Hold the app's send until the client takes its bytes; cut a client that stays behind."""
