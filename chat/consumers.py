@@ -13,6 +13,7 @@ from channels.db import database_sync_to_async
 from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from channels.layers import get_channel_layer
+from channels.sessions import InstanceSessionWrapper
 from django.conf import settings
 from django.utils import translation
 from django.utils.translation import gettext as _
@@ -154,6 +155,15 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             self.channel_name = await self.channel_layer.new_channel()
             self.channel_receive = functools.partial(self.channel_layer.receive, self.channel_name)
         self.base_send = send
+        # A delta frame skips Channels' session wrapper, which acts on http.response.start only
+        # but reads the (lazy) session and the settings on every message it passes on.
+        wrapper = getattr(send, "__self__", None)
+        saves_on = getattr(wrapper, "save_message_types", None)
+        self.frame_send = (
+            wrapper.real_send
+            if isinstance(wrapper, InstanceSessionWrapper) and "websocket.send" not in (saves_on or ())
+            else send
+        )
         try:
             await dispatch_all([receive, self.channel_receive] if self.channel_layer is not None else [receive],
                                self.dispatch)  # fmt: skip
@@ -460,7 +470,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             seen = self.attaching[event["message"]]
             if seen is None or seen == FROM_DATABASE or event["seq"] <= seen:
                 return  # the snapshot carries it (or the owner's snapshot will)
-        await self.send(text_data=event["text"])
+        await self.frame_send({"type": "websocket.send", "text": event["text"]})
 
     async def chat_snapshot(self, event: dict) -> None:
         if event["message"] in self.attaching and self.attaching[event["message"]] in (None, FROM_DATABASE):
