@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from typing import Any
 
 import orjson
+from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from channels.layers import get_channel_layer
+from channels.sessions import InstanceSessionWrapper
 from django.conf import settings
 from django.utils import translation
 from django.utils.translation import gettext as _
@@ -100,8 +104,70 @@ def parse_attachments(value: Any) -> list[int]:
     return value
 
 
+async def dispatch_all(receivers, dispatch) -> None:
+    """channels.utils.await_many_dispatch, without a task and an asyncio.wait per message.
+
+    Channels waits on one task per source with asyncio.wait and makes a new task for every
+    message (a delta costs three task steps and the wait's callbacks). Here one reader task
+    per source hands its messages over through a queue of one: still one message at a time
+    in the order they came, and a source reads its next message only once the last one was
+    taken (so a layer's capacity still limits a socket that does not keep up). A reader's
+    error is raised here, as Channels raises it; on the way out the readers are cancelled.
+    """
+    handoff: asyncio.Queue = asyncio.Queue(maxsize=1)
+
+    async def read(receive) -> None:
+        try:
+            while True:
+                message = await receive()
+                await handoff.put((message, None))
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:
+            await handoff.put((None, exc))
+
+    readers = [asyncio.ensure_future(read(receive)) for receive in receivers]
+    try:
+        while True:
+            message, error = await handoff.get()
+            if error is not None:
+                raise error
+            await dispatch(message)
+    finally:
+        for reader in readers:
+            reader.cancel()
+        for reader in readers:
+            try:
+                await reader
+            except asyncio.CancelledError:
+                pass
+
+
 class ChatConsumer(AsyncJsonWebsocketConsumer):
     """One browser tab: it sends messages, stops and attaches to streams, and watches conversations."""
+
+    async def __call__(self, scope, receive, send) -> None:
+        # channels.consumer.AsyncConsumer.__call__ with dispatch_all for await_many_dispatch.
+        self.scope = scope
+        self.channel_layer = get_channel_layer(self.channel_layer_alias)
+        if self.channel_layer is not None:
+            self.channel_name = await self.channel_layer.new_channel()
+            self.channel_receive = functools.partial(self.channel_layer.receive, self.channel_name)
+        self.base_send = send
+        # A delta frame skips Channels' session wrapper, which acts on http.response.start only
+        # but reads the (lazy) session and the settings on every message it passes on.
+        wrapper = getattr(send, "__self__", None)
+        saves_on = getattr(wrapper, "save_message_types", None)
+        self.frame_send = (
+            wrapper.real_send
+            if isinstance(wrapper, InstanceSessionWrapper) and "websocket.send" not in (saves_on or ())
+            else send
+        )
+        try:
+            await dispatch_all([receive, self.channel_receive] if self.channel_layer is not None else [receive],
+                               self.dispatch)  # fmt: skip
+        except StopConsumer:
+            pass
 
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -402,7 +468,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             seen = self.attaching[event["message"]]
             if seen is None or seen == FROM_DATABASE or event["seq"] <= seen:
                 return  # the snapshot carries it (or the owner's snapshot will)
-        await self.send(text_data=event["text"])
+        await self.frame_send({"type": "websocket.send", "text": event["text"]})
 
     async def chat_snapshot(self, event: dict) -> None:
         if event["message"] in self.attaching and self.attaching[event["message"]] in (None, FROM_DATABASE):

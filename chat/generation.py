@@ -307,10 +307,13 @@ class Generation:
     async def _flush_loop(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            await self._dirty.wait()
+            # The window first, then the text: under a steady stream the text is there when
+            # the window ends, so a frame costs the loop one wake-up, not two (on the text,
+            # then on the window). After a silence the first text still goes out at once.
             wait = self._last_flush + self.window - loop.time()
             if wait > 0:
                 await asyncio.sleep(wait)
+            await self._dirty.wait()
             async with self._lock:
                 await self._flush()
 

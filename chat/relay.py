@@ -32,6 +32,7 @@ OPENING = b": connected\n\n"
 KEEP_ALIVE = b": keep-alive\n\n"
 DONE_EVENT = b"data: [DONE]\n\n"
 _END = object()
+_BEAT = object()  # the heartbeat timer's wake-up: a keep-alive is due
 IMAGE_CHARS = image_tokens(2048, 2048) * CHARS_PER_TOKEN
 
 
@@ -142,6 +143,9 @@ class Relay:
         self.interruption: str | None = None
         self._queue: asyncio.Queue[Any] | None = None
         self._pump_task: asyncio.Task | None = None
+        # When the client side began waiting on an empty queue (loop time), None while it is not.
+        self._idle_since: float | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def interrupt(self, message: str) -> None:
         """End the stream now, unfinished: the upstream is closed, the client gets an error event and [DONE]."""
@@ -183,15 +187,20 @@ class Relay:
     async def __aiter__(self) -> AsyncIterator[bytes]:
         queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=256)
         self._queue = queue
+        loop = self._loop = asyncio.get_running_loop()
         pump = self._pump_task = asyncio.create_task(self._pump(queue))
+        # One heartbeat timer a stream, re-armed lazily (see _beat), instead of a timeout per wait.
+        self._timer = loop.call_at(loop.time() + self.heartbeat, self._beat)
         try:
             yield OPENING
             while True:
                 if queue.empty():
+                    self._idle_since = loop.time()
                     try:
-                        async with asyncio.timeout(self.heartbeat):
-                            item = await queue.get()
-                    except TimeoutError:
+                        item = await queue.get()
+                    finally:
+                        self._idle_since = None
+                    if item is _BEAT:
                         yield KEEP_ALIVE
                         continue
                 else:
@@ -207,9 +216,27 @@ class Relay:
                     break
             yield from_ending(self)
         finally:
+            self._timer.cancel()
             pump.cancel()
             with contextlib.suppress(asyncio.CancelledError, UpstreamError):
                 await pump
+
+    def _beat(self) -> None:
+        """The heartbeat timer: a keep-alive once the client side has waited `heartbeat` seconds on an empty queue.
+
+        Otherwise it re-arms for when that wait would reach `heartbeat` (or a full period on if
+        nothing is waited for), so a stream costs one timer event a period, not one a chunk.
+        """
+        loop, queue, since = self._loop, self._queue, self._idle_since
+        now = loop.time()
+        due = now + self.heartbeat
+        if since is not None and queue.empty():
+            if now >= since + self.heartbeat - getattr(loop, "_clock_resolution", 0.0):
+                queue.put_nowait(_BEAT)  # the queue is empty: never full
+                self._idle_since = now
+            else:
+                due = since + self.heartbeat
+        self._timer = loop.call_at(due, self._beat)
 
     def _take_waiting(self, item: Any, queue: asyncio.Queue[Any]) -> tuple[list[bytes], str | None]:
         """The bytes to forward for `item` and the events queued behind it; "done" or "stop" if the stream ends."""
@@ -217,21 +244,24 @@ class Relay:
         while True:
             if item is _END or self.interruption is not None:
                 return out, "stop"
-            if isinstance(item, UpstreamError):
+            if item is _BEAT:
+                pass  # data arrived behind it: no keep-alive needed
+            elif isinstance(item, UpstreamError):
                 self.failure = item
                 return out, "stop"
-            try:
-                forwarded = self._take(item)
-            except UpstreamError as exc:  # too many unreadable events
-                self.failure = exc
-                return out, "stop"
-            if forwarded is not None:
-                out.append(forwarded)
-            if self.state.done:
-                return out, "done"
-            if self.state.full:
-                self.failure = self.state.too_large()
-                return out, "stop"
+            else:
+                try:
+                    forwarded = self._take(item)
+                except UpstreamError as exc:  # too many unreadable events
+                    self.failure = exc
+                    return out, "stop"
+                if forwarded is not None:
+                    out.append(forwarded)
+                if self.state.done:
+                    return out, "done"
+                if self.state.full:
+                    self.failure = self.state.too_large()
+                    return out, "stop"
             if queue.empty():
                 return out, None
             item = queue.get_nowait()
@@ -240,7 +270,7 @@ class Relay:
         """Account for one upstream event; return its bytes unless they must not be forwarded."""
         if event.data is None:
             return event.raw  # the upstream's own keep-alive
-        loop_time = asyncio.get_running_loop().time()
+        loop_time = self._loop.time()
         if event.data == DONE:
             self.state.done = True
             return event.raw
@@ -262,7 +292,10 @@ class Relay:
         events = self.stream.events()
         try:
             async for event in events:
-                await queue.put(event)
+                if queue.full():
+                    await queue.put(event)  # the client is behind: wait for room
+                else:
+                    queue.put_nowait(event)
             await queue.put(_END)
         except UpstreamError as exc:
             await queue.put(exc)

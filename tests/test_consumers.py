@@ -652,3 +652,35 @@ async def test_a_silent_upstream_fails_after_the_first_byte_timeout(connect, ali
     assert loop.time() - started < 10  # not UPSTREAM_READ_TIMEOUT's 300 s
     assert frames[-1]["status"] == "failed"
     assert frames[-1]["error"] == "The upstream timed out: the upstream did not answer in time."
+
+
+async def test_dispatch_all_passes_each_source_in_order_one_at_a_time_and_raises_a_reader_error():
+    from chat.consumers import dispatch_all
+
+    first, second = asyncio.Queue(), asyncio.Queue()
+    for i in range(3):
+        first.put_nowait(("a", i))
+        second.put_nowait(("b", i))
+    seen, busy = [], False
+
+    async def dispatch(message):
+        nonlocal busy
+        assert not busy  # never two dispatches at once
+        busy = True
+        seen.append(message)
+        await asyncio.sleep(0)
+        busy = False
+        if len(seen) == 6:
+            second.put_nowait(RuntimeError("layer down"))
+
+    async def from_second():
+        item = await second.get()
+        if isinstance(item, Exception):
+            raise item
+        return item
+
+    with pytest.raises(RuntimeError, match="layer down"):
+        await dispatch_all([first.get, from_second], dispatch)
+    assert sorted(seen) == [("a", 0), ("a", 1), ("a", 2), ("b", 0), ("b", 1), ("b", 2)]
+    assert [m for m in seen if m[0] == "a"] == [("a", 0), ("a", 1), ("a", 2)]
+    assert [m for m in seen if m[0] == "b"] == [("b", 0), ("b", 1), ("b", 2)]

@@ -79,6 +79,22 @@ async def test_a_silent_upstream_gets_keep_alive_comments():
     assert out[3:] == data_events(API14_STREAM)[1:]
 
 
+async def test_a_long_silence_gets_a_keep_alive_every_period_and_none_once_data_flows():
+    stream = ScriptedStream(API14_STREAM, hold_after=1)
+    beats = 0
+
+    def on_keep_alive():
+        nonlocal beats
+        beats += 1
+        if beats == 3:
+            stream.release.set()
+
+    relay, out = await collect(stream, heartbeat=0.02, on_keep_alive=on_keep_alive)
+    assert out[:5] == [OPENING, data_events(API14_STREAM)[0], KEEP_ALIVE, KEEP_ALIVE, KEEP_ALIVE]
+    assert out[5:] == data_events(API14_STREAM)[1:] and relay.status == "complete"
+    assert relay._timer.cancelled()  # the heartbeat timer ends with the stream
+
+
 async def test_upstream_comments_are_forwarded():
     _, out = await collect(ScriptedStream(b": api14 PROCESSING\n\n" + API14_STREAM))
     assert out[1] == b": api14 PROCESSING\n\n"

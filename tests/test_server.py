@@ -437,3 +437,44 @@ async def stop_the_owner_while_the_other_watches(first, second):
         streamed_on = time.monotonic() - stopped_at
         exit_code = await asyncio.to_thread(first.process.wait, 30)
     return frames, streamed_on, exit_code, first.output()
+
+
+class FakeTransport:
+    """Twisted's FileDescriptor buffering and doWrite, with a socket that takes `room` bytes."""
+
+    def __init__(self, room: int | None, error: Exception | None = None) -> None:
+        self.room, self.error = room, error
+        self.dataBuffer, self.offset, self._tempDataBuffer, self._tempDataLen = b"", 0, [], 0
+        self.connected, self.disconnecting, self.sent, self.watched = True, False, b"", False
+
+    def doWrite(self):
+        self.dataBuffer, self.offset = self.dataBuffer[self.offset :] + b"".join(self._tempDataBuffer), 0
+        self._tempDataBuffer, self._tempDataLen = [], 0
+        if self.error is not None:
+            return self.error
+        taken = len(self.dataBuffer) if self.room is None else min(self.room, len(self.dataBuffer))
+        self.sent += self.dataBuffer[:taken]
+        self.offset = taken
+        if self.offset == len(self.dataBuffer):
+            self.dataBuffer, self.offset = b"", 0
+        return None
+
+    def startWriting(self):
+        self.watched = True
+
+
+@pytest.mark.django_db(transaction=False)
+@pytest.mark.parametrize(
+    ("room", "error", "sent", "watched"),
+    [(None, None, b"abcdef", False), (4, None, b"abcd", True), (None, ConnectionError(), b"", True)],
+)
+def test_a_write_through_leaves_what_the_socket_did_not_take_to_the_reactor(room, error, sent, watched):
+    from chatsite.server import _send_now
+
+    transport = FakeTransport(room, error)
+    transport._tempDataBuffer, transport._tempDataLen = [b"abc", b"def"], 6
+    _send_now(transport)
+    assert transport.sent == sent and transport.watched is watched
+    idle = FakeTransport(None)
+    _send_now(idle)  # nothing written: nothing to do
+    assert not idle.watched and idle.sent == b""
