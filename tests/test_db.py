@@ -7,10 +7,17 @@ import sqlite3
 import threading
 import time
 
+import openai
+import psycopg
 import pytest
 from django.db import OperationalError, connection, connections
+from django.db.backends.signals import connection_created
 
 from chat import busy, db
+from tests.conftest import FAKE_KEY, MODELS
+from tests.live import LiveServer
+from tests.services import PG_ADMIN, postgres_database
+from tests.sites import make_site
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -20,15 +27,32 @@ def connection_id() -> int:
     return id(connection.connection)
 
 
-async def test_calls_reuse_the_threads_connection():
-    first = await db.run(connection_id)()
-    assert await db.run(connection_id)() == first  # not a new connection per call, as Channels' wrapper does
+@pytest.fixture
+def opened():
+    """The connections opened from now on (Django's connection_created signal), counted."""
+    count = []
+
+    def note(sender, **kwargs) -> None:
+        count.append(1)
+
+    connection_created.connect(note)
+    yield count
+    connection_created.disconnect(note)
+
+
+async def test_calls_reuse_the_threads_connection(opened):
+    await db.run(connection_id)()
+    before = len(opened)
+    await db.run(connection_id)()
+    assert len(opened) == before  # not a new connection per call, as Channels' wrapper does
     db.close_all()
-    assert await db.run(connection_id)() != first  # close_all() closed it
+    await db.run(connection_id)()
+    assert len(opened) == before + 1  # close_all() closed it
 
 
-async def test_a_connection_that_broke_is_replaced_by_the_next_call(monkeypatch):
-    first = await db.run(connection_id)()
+async def test_a_connection_that_broke_is_replaced_by_the_next_call(monkeypatch, opened):
+    await db.run(connection_id)()
+    before = len(opened)
 
     def failing() -> None:
         with connection.cursor() as cursor:
@@ -36,12 +60,14 @@ async def test_a_connection_that_broke_is_replaced_by_the_next_call(monkeypatch)
 
     with pytest.raises(OperationalError):
         await db.run(failing)()
-    assert await db.run(connection_id)() == first  # an error on a usable connection keeps it
+    await db.run(connection_id)()
+    assert len(opened) == before  # an error on a usable connection keeps it
     monkeypatch.setattr(type(connections["default"]), "is_usable", lambda self: False)
     with pytest.raises(OperationalError):
         await db.run(failing)()
     monkeypatch.undo()
-    assert await db.run(connection_id)() != first  # a broken one is closed, the next call reconnects
+    await db.run(connection_id)()
+    assert len(opened) == before + 1  # a broken one is closed, the next call reconnects
 
 
 async def test_a_process_uses_at_most_database_threads_threads(settings):
@@ -89,3 +115,35 @@ async def test_starts_queued_beside_one_that_found_the_database_locked_give_up_w
     assert "in vain" in str(results[1])
     # A start queued after the lock is free goes through.
     await db.run(busy.waiting_briefly(connection_id))()
+
+
+def test_forty_api_streams_on_postgresql_hold_a_few_connections_not_forty(fake_server):
+    """Before, each /v1 request's thread held a connection for its whole stream: 400 streams on two
+    processes ran PostgreSQL out of them. Now a process holds its DATABASE_THREADS (4) and a few more."""
+    with postgres_database("chat_db_threads") as url:
+        site = make_site("", fake_server.base_url("infyrence"), FAKE_KEY, database_url=url)
+        name = url.rsplit("/", 1)[1]
+        unlimited = {"API_MAX_STREAMS": "0", "API_TOKEN_MAX_STREAMS": "0", "RATE_LIMIT_PER_MINUTE": "0",
+                     "API_TOKEN_RATE_LIMIT_PER_MINUTE": "0"}  # fmt: skip
+        with LiveServer({"DATABASE_URL": url, **unlimited}) as live, psycopg.connect(PG_ADMIN) as admin:
+            api = openai.AsyncOpenAI(base_url=live.url + "/v1", api_key=site.secret, max_retries=0)
+
+            async def one() -> str:
+                stream = await api.chat.completions.create(
+                    model=MODELS["infyrence"], stream=True,
+                    messages=[{"role": "user", "content": "hi [[chunks:25]] [[delay:40]]"}],
+                )  # fmt: skip
+                return "".join([chunk.choices[0].delta.content or "" async for chunk in stream if chunk.choices])
+
+            async def run() -> tuple[list[str], int]:
+                streams, most = asyncio.gather(*(one() for _ in range(40))), 0
+                while not streams.done():
+                    row = admin.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s", (name,))
+                    most = max(most, row.fetchone()[0])
+                    await asyncio.wait([streams], timeout=0.02)
+                return await streams, most
+
+            answers, most = asyncio.run(run())
+    assert len(answers) == 40 and all(answers)
+    # 4 database threads, plus the lease, sweep and account-check calls and the websocket's ORM thread.
+    assert 1 <= most <= 8, most

@@ -64,6 +64,8 @@ class CatalogEntry:
 
 # provider pk -> (expires at, provider.updated, model ids); per process, refreshed lazily.
 _model_cache: dict[int, tuple[float, object, list[str]]] = {}
+# (provider pk, its `updated`, event loop) -> the GET /models under way for it.
+_listing: dict[tuple, asyncio.Future] = {}
 # The SQL and parameters of the enabled providers' query (ProviderQuerySet._enabled_list).
 _enabled_sql: tuple[str, tuple] | None = None
 
@@ -261,7 +263,8 @@ class Provider(models.Model):
         now = timezone.now()
         fields = {"last_error": error[:1000], "last_error_at": now} if error else {"reached": now}
         try:
-            await Provider.objects.filter(pk=self.pk).aupdate(**fields)
+            # On a database thread: an async ORM call in a request holds a connection till it ends.
+            await db.run(Provider.objects.filter(pk=self.pk).update)(**fields)
         except DatabaseError as exc:
             log.warning("provider %s: cannot record its health: %s", self.name, exc)
             return
@@ -281,6 +284,15 @@ class Provider(models.Model):
         cached = _model_cache.get(self.pk)
         if cached and cached[0] > time.monotonic() and cached[1] == self.updated:
             return cached[2]
+        # Requests that find the cache empty at once share one GET /models (not one each).
+        key = (self.pk, self.updated, asyncio.get_running_loop())
+        listing = _listing.get(key)
+        if listing is None:
+            listing = _listing[key] = asyncio.ensure_future(self._list_model_ids())
+            listing.add_done_callback(lambda _: _listing.pop(key, None))
+        return list(await asyncio.shield(listing))
+
+    async def _list_model_ids(self) -> list[str]:
         ttl = settings.UPSTREAM_MODELS_CACHE_SECONDS
         try:
             ids = await upstream.list_models(client(), self.base_url, self.api_key, timeouts())
