@@ -30,7 +30,17 @@ from .models import (
     timeouts,
 )
 from .params import has_images
-from .relay import Relay, RequestError, error_body, message_text, parse_request, prompt_chars, running, upstream_body
+from .relay import (
+    DONE_EVENT,
+    Relay,
+    RequestError,
+    error_body,
+    message_text,
+    parse_request,
+    prompt_chars,
+    running,
+    upstream_body,
+)
 
 log = logging.getLogger(__name__)
 
@@ -169,8 +179,11 @@ async def stream_completion(meter: Meter, payload: dict, wants_usage: bool, flow
     async def body():
         try:
             async for data in relay:
+                if data.endswith(DONE_EVENT):
+                    # The usage row is stored before the client hears [DONE], as a page hears `done`.
+                    await meter.record(relay.status, relay.error)
                 yield data
-            await meter.record(relay.status, relay.error)
+            await meter.record(relay.status, relay.error)  # (already, unless the stream ended otherwise)
         finally:
             # Unfinished: the client went away (cancelled while awaiting, or closed at a yield
             # or in a send held by flow control). Meter it with the reason before the cleanup
