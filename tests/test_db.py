@@ -125,7 +125,9 @@ def test_forty_api_streams_on_postgresql_hold_a_few_connections_not_forty(fake_s
         name = url.rsplit("/", 1)[1]
         unlimited = {"API_MAX_STREAMS": "0", "API_TOKEN_MAX_STREAMS": "0", "RATE_LIMIT_PER_MINUTE": "0",
                      "API_TOKEN_RATE_LIMIT_PER_MINUTE": "0"}  # fmt: skip
-        with LiveServer({"DATABASE_URL": url, **unlimited}) as live, psycopg.connect(PG_ADMIN) as admin:
+        # autocommit: pg_stat_activity is read once per transaction, and each count must be fresh
+        admin = psycopg.connect(PG_ADMIN, autocommit=True)
+        with LiveServer({"DATABASE_URL": url, **unlimited}) as live, admin:
             api = openai.AsyncOpenAI(base_url=live.url + "/v1", api_key=site.secret, max_retries=0)
 
             async def one() -> str:
