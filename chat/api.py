@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from contextlib import AsyncExitStack
 
@@ -180,8 +181,11 @@ async def stream_completion(meter: Meter, payload: dict, wants_usage: bool, flow
         try:
             async for data in relay:
                 if data.endswith(DONE_EVENT):
-                    # The usage row is stored before the client hears [DONE], as a page hears `done`.
-                    await meter.record(relay.status, relay.error)
+                    # The usage row is stored before the client hears [DONE], as a page hears `done`;
+                    # a busy database holds [DONE] back this long at most (the row is written later).
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(settings.API_DB_WAIT_SECONDS):
+                            await meter.record(relay.status, relay.error)  # shielded: a timeout only stops waiting
                 yield data
             await meter.record(relay.status, relay.error)  # (already, unless the stream ended otherwise)
         finally:
