@@ -125,7 +125,7 @@ async def chat_completions(request):
         await process.ensure_started()
         meter.worker_id = process.worker_id()
         # A short wait for SQLite's write lock: a busy database is a quick 503 with Retry-After.
-        # Channels' wrapper closes the connection after (back to the pool on PostgreSQL): a
+        # It runs on a database thread (chat/db.py), whose connection stays with the thread: a
         # stream does not hold one while it runs.
         await db.run(busy.waiting_briefly(meter.begin))()
     except limits.LimitExceeded as exc:
