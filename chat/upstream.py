@@ -35,6 +35,8 @@ log = logging.getLogger(__name__)
 
 DONE = b"[DONE]"
 MAX_ERROR_BODY = 64 * 1024
+# A connection that broke mid-body, as each transport says it (aiohttp's timeouts are caught first).
+CUT_ERRORS = (httpx.RemoteProtocolError, httpx.ReadError, aiohttp.ClientPayloadError, aiohttp.ClientConnectionError)
 
 
 @dataclass(slots=True, frozen=True)
@@ -413,7 +415,8 @@ class UpstreamStream:
         """Every SSE event (comment-only blocks included) as it arrives."""
         decoder = SSEDecoder(self.max_event)
         loop = asyncio.get_running_loop()
-        pieces = self.response.aiter_bytes()
+        reader = _aiohttp_reader(self.response)
+        pieces = self.response.aiter_bytes() if reader is None else _reads(reader)
         try:
             if self.first_byte_at is not None:
                 try:
@@ -430,14 +433,33 @@ class UpstreamStream:
                     raise UpstreamError("timeout", "the stream ran past its overall deadline")
         except LineTooLong as exc:
             raise UpstreamError("protocol", str(exc)) from None
-        except httpx.TimeoutException as exc:
+        except (httpx.TimeoutException, aiohttp.ServerTimeoutError) as exc:
             raise UpstreamError("timeout", "the upstream sent no data for too long") from exc
-        except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
+        except CUT_ERRORS as exc:
             for event in decoder.close():
                 yield event
             raise UpstreamError("cut", "the upstream connection ended mid-stream") from exc
         for event in decoder.close():
             yield event
+
+
+def _aiohttp_reader(response: httpx.Response) -> aiohttp.StreamReader | None:
+    """The aiohttp body under an httpx-aiohttp response, or None (the plain httpx transport).
+
+    Read directly, a network read reaches the decoder through one generator instead of
+    six (httpx's aiter_bytes, aiter_raw and bound stream, httpx-aiohttp's stream and its
+    exception mapping, aiohttp's chunk iterator): about a tenth of a /v1 chunk's CPU.
+    The response is still closed through httpx.
+    """
+    inner = getattr(response.stream, "_stream", None)
+    aio = getattr(inner, "_aiohttp_response", None)
+    return None if aio is None else aio.content
+
+
+async def _reads(reader: aiohttp.StreamReader) -> AsyncIterator[bytes]:
+    """What arrives, a read at a time, until the body ends."""
+    while piece := await reader.readany():
+        yield piece
 
 
 @asynccontextmanager
