@@ -76,6 +76,11 @@ class SSEResponse(StreamingHttpResponse):
         self._cleanup = cleanup
         self._loop = asyncio.get_running_loop()
 
+    def __aiter__(self):
+        # Our generator yields bytes already: Django's two wrapping generators (one to call
+        # make_bytes on each part) cost more than a small relayed event.
+        return self._body
+
     def close(self) -> None:
         # Django calls close() from a worker thread; the upstream belongs to the event loop.
         self._loop.call_soon_threadsafe(self._loop.create_task, self._close_body())
