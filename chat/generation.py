@@ -417,9 +417,7 @@ class Generation:
             saved_pieces = pieces
 
     def _save_partial(self, content: str, reasoning: str) -> None:
-        Message.objects.filter(pk=self.job.message_id, status=Message.Status.STREAMING).update(
-            content=content, reasoning=reasoning, updated=timezone.now()
-        )
+        Message.objects.save_partial(self.job.message_id, content, reasoning)
 
     async def _finish(self, status: str, error: str) -> None:
         """Store the text and the usage whatever the ending, then tell the sockets."""
