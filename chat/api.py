@@ -27,6 +27,7 @@ from .models import (
     access_for,
     client,
     fit,
+    insert_row,
     stream_state,
     timeouts,
 )
@@ -323,18 +324,20 @@ class Meter:
                 max_tokens=self.max_tokens(),
                 now=self.started,
             )
-            self.usage_id = Usage.objects.create(
-                user=self.token.user,
-                token=self.token,
-                provider=self.entry.provider,
-                source=Usage.Source.API,
-                model=self.entry.model,
-                started=self.started,
-                status=Message.Status.STREAMING,
-                prompt_tokens=prompt_tokens,
-                reserved_usd=reservation.usd,
-                reserved_tokens=reservation.tokens,
-                worker_id=self.worker_id,
+            self.usage_id = insert_row(
+                Usage(
+                    user=self.token.user,
+                    token=self.token,
+                    provider=self.entry.provider,
+                    source=Usage.Source.API,
+                    model=self.entry.model,
+                    started=self.started,
+                    status=Message.Status.STREAMING,
+                    prompt_tokens=prompt_tokens,
+                    reserved_usd=reservation.usd,
+                    reserved_tokens=reservation.tokens,
+                    worker_id=self.worker_id,
+                )
             ).pk
 
     def max_tokens(self) -> int:

@@ -24,6 +24,7 @@ from django.db.models import Q, Sum
 from django.utils import dateformat, timezone
 from django.utils.translation import gettext as _
 
+from .models.base import update_row
 from .models.usage import Usage
 
 MILLION = Decimal(1_000_000)
@@ -502,7 +503,7 @@ def settle(pk: int, fields: dict, row: dict | None = None) -> dict:
         row = Usage.objects.filter(pk=pk).values("provider_id", "model", "started").first()
     if row is not None:
         fields = {**fields, **priced(row["provider_id"], row["model"], row["started"], fields)}
-    Usage.objects.filter(pk=pk).update(**fields)
+    update_row(Usage, pk, fields)
     return fields
 
 

@@ -26,7 +26,18 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
 from . import budgets, db, limits, upstream
-from .models import Conversation, Message, Provider, Turn, Usage, client, fit, stream_state, timeouts
+from .models import (
+    Conversation,
+    Message,
+    Provider,
+    Turn,
+    Usage,
+    client,
+    fit,
+    stream_state,
+    timeouts,
+    update_row,
+)
 from .relay import prompt_chars
 
 log = logging.getLogger(__name__)
@@ -501,20 +512,20 @@ class Generation:
         # A continued answer that did not think again keeps the time its first stream thought.
         thinking_ms = F("thinking_ms") if job.prefix is not None and self.thinking_ms is None else self.thinking_ms
         with transaction.atomic():
-            Message.objects.filter(pk=job.message_id).update(
-                content=content,
-                reasoning=reasoning,
-                tool_calls=state.tool_call_list or None,
-                thinking_ms=thinking_ms,
-                status=status,
-                finish_reason=fit(Message, "finish_reason", state.finish_reason),
-                error=error,
-                updated=now,
-            )
+            update_row(Message, job.message_id, {
+                "content": content,
+                "reasoning": reasoning,
+                "tool_calls": state.tool_call_list or None,
+                "thinking_ms": thinking_ms,
+                "status": status,
+                "finish_reason": fit(Message, "finish_reason", state.finish_reason),
+                "error": error,
+                "updated": now,
+            })  # fmt: skip
             # The done frame shows the cost computed from the price table too.
             ending = Usage.ending(state, status, error, usage)
             usage["cost"] = budgets.settle(job.usage_id, ending, job.usage_key)["cost"]
-            Conversation.objects.filter(pk=job.conversation_id).update(updated=now)
+            update_row(Conversation, job.conversation_id, {"updated": now})
 
 
 UNSAVED_ERROR = gettext_noop("The answer could not be saved: the database was unavailable for too long.")

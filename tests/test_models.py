@@ -1,9 +1,11 @@
-"""Upstream-derived strings against the columns that store them, on PostgreSQL (which enforces lengths)."""
+"""Model helpers: upstream-derived strings against their columns on PostgreSQL (which enforces lengths),
+titles, and the stream's rows written by statements compiled once (chat/models/base.py)."""
 
 import asyncio
 import os
 import subprocess
 import sys
+from decimal import Decimal
 
 import httpx
 import psycopg
@@ -79,3 +81,58 @@ async def test_long_upstream_strings_are_cut_to_their_columns_on_postgresql(pg_s
 )
 def test_a_title_is_the_first_line_as_plain_text(first_message, title):
     assert Conversation.title_for(first_message) == title
+
+
+def rows_match_the_orm() -> None:
+    """insert_row and update_row write what create() and update() write; run on SQLite and on PostgreSQL."""
+    from django.contrib.auth import get_user_model
+    from django.db.models import F
+    from django.utils import timezone
+
+    from chat.models import Message, Provider, Usage, insert_row, update_row
+
+    user = get_user_model().objects.create(username="rows")
+    provider = Provider.objects.create(name="rows", base_url="http://127.0.0.1:9/v1")
+    conversation = insert_row(Conversation(owner=user, title="t"))
+    assert conversation.pk and not conversation._state.adding and conversation._state.db == "default"
+    stored = Conversation.objects.get(pk=conversation.pk)
+    assert (stored.title, stored.params, stored.created) == ("t", {}, conversation.created)  # auto_now_add set
+    message = insert_row(Message(conversation=conversation, role="assistant", status="streaming"))
+    started = timezone.now()
+    fields = {"user": user, "provider": provider, "message": message, "model": "m", "status": "streaming",
+              "started": started, "prompt_tokens": 3, "reserved_usd": Decimal("0.12345678"),
+              "reserved_tokens": 7}  # fmt: skip
+    ours, theirs = insert_row(Usage(**fields)), Usage.objects.create(**fields)
+    assert ours.pk != theirs.pk
+
+    def columns(row) -> dict:
+        row = type(row).objects.get(pk=row.pk)
+        return {f.attname: getattr(row, f.attname) for f in type(row)._meta.concrete_fields if f.attname != "id"}
+
+    assert columns(ours) == columns(theirs)
+    ending = {"status": "complete", "cost": Decimal("0.00012345"), "upstream_perf": {"tps": [1, "é"]},
+              "ended": timezone.now(), "error": "", "message": None, "completion_tokens": 5}  # fmt: skip
+    assert update_row(Usage, ours.pk, ending) == 1
+    Usage.objects.filter(pk=theirs.pk).update(**ending)
+    assert columns(ours) == columns(theirs) and columns(ours)["cost"] == Decimal("0.00012345")
+    assert update_row(Usage, ours.pk, {"message": message}) == 1 and columns(ours)["message_id"] == message.pk
+    assert update_row(Usage, 10**9, {"error": "none such"}) == 0
+    # An expression is the ORM's to write.
+    update_row(Message, message.pk, {"thinking_ms": 40})
+    assert update_row(Message, message.pk, {"thinking_ms": F("thinking_ms") + 2}) == 1
+    assert Message.objects.get(pk=message.pk).thinking_ms == 42
+
+
+@pytest.mark.django_db
+def test_rows_written_by_compiled_statements_match_the_orms_on_sqlite():
+    rows_match_the_orm()
+
+
+def test_rows_written_by_compiled_statements_match_the_orms_on_postgresql():
+    with postgres_database("chat_rows") as database_url:
+        env = {**os.environ, "DATABASE_URL": database_url, "DJANGO_SETTINGS_MODULE": "chatsite.settings"}
+        subprocess.run([sys.executable, "manage.py", "migrate", "--noinput"], cwd=ROOT, env=env, check=True,
+                       capture_output=True)  # fmt: skip
+        code = "import django; django.setup(); from tests.test_models import rows_match_the_orm; rows_match_the_orm()"
+        checked = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True)
+        assert checked.returncode == 0, checked.stderr

@@ -20,7 +20,7 @@
 from ..budgets import Budget, Limit, Price, Spent, budget_for, month_start, price_unpriced, priced, spent
 from .access import Access, GroupDefaults, ModelAccess, access_for, access_of
 from .attachments import Attachment, AttachmentQuerySet
-from .base import ChatError, Status, fit
+from .base import ChatError, Status, fit, insert_row, update_row
 from .conversations import (
     CONTINUE_PROMPT,
     Conversation,
@@ -103,10 +103,12 @@ __all__ = [
     "client",
     "demo_api_key",
     "fit",
+    "insert_row",
     "month_start",
     "price_unpriced",
     "priced",
     "spent",
     "stream_state",
     "timeouts",
+    "update_row",
 ]

@@ -1,11 +1,12 @@
 """What the model modules share: the error a request fails with, cutting upstream strings to their
-columns, and the status of a stream."""
+columns, the status of a stream, and the stream's inserts and updates by statements compiled once."""
 
 from __future__ import annotations
 
 import logging
+from typing import Any
 
-from django.db import models
+from django.db import connections, models
 
 log = logging.getLogger(__name__)
 
@@ -40,3 +41,67 @@ class Status(models.TextChoices):
     FAILED = "failed", "failed (upstream error)"
     # Only on usage rows: a stream refused before anything went upstream (over budget).
     REFUSED = "refused", "refused (over budget)"
+
+
+# --- a stream's rows, by statements compiled once --------------------------------
+#
+# A stream's start inserts up to four rows and its end updates up to three. The ORM builds and
+# compiles each of those statements anew, which cost more than running them (a message's insert
+# 400 us against 170, an update 250 against 50 on SQLite): on the websocket, a fifth of a start's
+# CPU. These two do what create() and update() do for plain values, from SQL made once per model
+# and set of columns. No model signals are sent: the models written here have no receivers.
+
+# (model, database alias, columns) -> SQL
+_statements: dict[tuple, str] = {}
+
+
+def _value(field: models.Field, value: Any, connection) -> Any:
+    if hasattr(value, "prepare_database_save"):  # a model instance for a foreign key, as the ORM takes it
+        value = value.prepare_database_save(field)
+    return field.get_db_prep_save(value, connection=connection)
+
+
+def insert_row(obj: models.Model, using: str = "default") -> models.Model:
+    """Write a new row as `obj.save()` would (defaults, auto_now fields, its pk set on it), without signals."""
+    meta, connection = obj._meta, connections[using]
+    fields = [field for field in meta.local_concrete_fields if field is not meta.auto_field]
+    key = (type(obj), using, None)
+    sql = _statements.get(key)
+    if sql is None:
+        quote = connection.ops.quote_name
+        sql = (
+            f"INSERT INTO {quote(meta.db_table)} ({', '.join(quote(field.column) for field in fields)}) "
+            f"VALUES ({', '.join(['%s'] * len(fields))})"
+        )
+        if connection.features.can_return_columns_from_insert:
+            sql += " " + connection.ops.return_insert_columns([meta.pk])[0]
+        _statements[key] = sql
+    values = [_value(field, field.pre_save(obj, True), connection) for field in fields]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, values)
+        if connection.features.can_return_columns_from_insert:
+            obj.pk = cursor.fetchone()[0]
+        else:
+            obj.pk = connection.ops.last_insert_id(cursor, meta.db_table, meta.pk.column)
+    obj._state.adding, obj._state.db = False, using
+    return obj
+
+
+def update_row(model: type[models.Model], pk: Any, values: dict[str, Any], using: str = "default") -> int:
+    """`model.objects.filter(pk=pk).update(**values)` for plain values (an expression goes to the ORM); rows changed."""
+    if any(hasattr(value, "resolve_expression") for value in values.values()):
+        return model._base_manager.using(using).filter(pk=pk).update(**values)
+    meta, connection = model._meta, connections[using]
+    fields = [meta.get_field(name) for name in values]
+    key = (model, using, tuple(values))
+    sql = _statements.get(key)
+    if sql is None:
+        quote = connection.ops.quote_name
+        sql = _statements[key] = (
+            f"UPDATE {quote(meta.db_table)} SET {', '.join(f'{quote(field.column)} = %s' for field in fields)} "
+            f"WHERE {quote(meta.pk.column)} = %s"
+        )
+    params = [_value(field, value, connection) for field, value in zip(fields, values.values(), strict=True)]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*params, meta.pk.get_db_prep_value(pk, connection)])
+        return cursor.rowcount

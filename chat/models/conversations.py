@@ -17,7 +17,7 @@ from django.utils.translation import gettext as _
 
 from .. import upstream
 from ..relay import prompt_chars
-from .base import MODEL_MAX_LENGTH, ChatError, Status
+from .base import MODEL_MAX_LENGTH, ChatError, Status, insert_row, update_row
 from .providers import CatalogEntry
 from .usage import Usage
 from .workers import INTERRUPTED_ERROR, Worker, streaming_worker
@@ -428,7 +428,7 @@ def _begin_turn(
                 )
         if conversation_id is None:
             title = Conversation.title_for(content or (attachments[0].name if attachments else ""))
-            conversation = Conversation.objects.create(owner=user, title=title)
+            conversation = insert_row(Conversation(owner=user, title=title))
         else:
             conversation = Conversation.objects.owned_by(user).select_for_update().filter(pk=conversation_id).first()
             if conversation is None:
@@ -450,10 +450,10 @@ def _begin_turn(
         else:
             # A new conversation's path is this message and its answer: both are stamped as chosen
             # as they are written, instead of by show()'s query and update.
-            user_message = conversation.messages.create(
-                role=Message.Role.USER, content=content, parent_id=conversation.current_id,
-                chosen=timezone.now() if conversation_id is None else None,
-            )  # fmt: skip
+            user_message = insert_row(Message(
+                conversation=conversation, role=Message.Role.USER, content=content,
+                parent_id=conversation.current_id, chosen=timezone.now() if conversation_id is None else None,
+            ))  # fmt: skip
             if attachments:
                 Attachment.objects.attach_to(user_message, attachments)
         now = timezone.now()
@@ -487,33 +487,41 @@ def _begin_turn(
             exc.prompt_tokens = prompt_tokens
             raise
         if reply is None:
-            reply = conversation.messages.create(
-                parent=user_message,
-                role=Message.Role.ASSISTANT,
-                status=Message.Status.STREAMING,
-                model=entry.model,
-                updated=now,
-                worker_id=worker_id,
-                chosen=user_message.chosen if conversation_id is None else None,
+            reply = insert_row(
+                Message(
+                    conversation=conversation,
+                    parent=user_message,
+                    role=Message.Role.ASSISTANT,
+                    status=Message.Status.STREAMING,
+                    model=entry.model,
+                    updated=now,
+                    worker_id=worker_id,
+                    chosen=user_message.chosen if conversation_id is None else None,
+                )
             )
         else:
             reply.status, reply.model, reply.updated = Message.Status.STREAMING, entry.model, now
             reply.worker_id, reply.error, reply.finish_reason = worker_id, "", ""
             reply.save(update_fields=["status", "model", "updated", "worker", "error", "finish_reason"])
         conversation.current = reply
-        conversation.save(update_fields=["current", "model", "updated", "params", "system_prompt"])
+        update_row(Conversation, conversation.pk, {
+            "current": reply, "model": conversation.model, "updated": now, "params": conversation.params,
+            "system_prompt": conversation.system_prompt,
+        })  # fmt: skip
         if conversation_id is not None:  # an existing conversation: stamp the branch now shown
             conversation.messages.filter(pk__in=conversation.path_ids()).update(chosen=now)
-        usage = Usage.objects.create(
-            user=user,
-            provider=entry.provider,
-            message=reply,
-            model=entry.model,
-            status=Message.Status.STREAMING,
-            prompt_tokens=prompt_tokens,
-            reserved_usd=reservation.usd,
-            reserved_tokens=reservation.tokens,
-            worker_id=worker_id,
+        usage = insert_row(
+            Usage(
+                user=user,
+                provider=entry.provider,
+                message=reply,
+                model=entry.model,
+                status=Message.Status.STREAMING,
+                prompt_tokens=prompt_tokens,
+                reserved_usd=reservation.usd,
+                reserved_tokens=reservation.tokens,
+                worker_id=worker_id,
+            )
         )
     return Turn(conversation, user_message, reply, usage, history, prefix)
 
