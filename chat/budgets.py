@@ -24,7 +24,7 @@ from django.db.models import Q, Sum
 from django.utils import dateformat, timezone
 from django.utils.translation import gettext as _
 
-from .models.base import update_row
+from .models.base import columns_of, rows_of, update_row
 from .models.usage import Usage
 
 MILLION = Decimal(1_000_000)
@@ -42,11 +42,11 @@ class PriceQuerySet(models.QuerySet):
         # Plain SQL: it runs at the end of every stream, where compiling the ORM's query cost more than running it.
         ops = connection.ops
         sql = (
-            f"SELECT * FROM {ops.quote_name(self.model._meta.db_table)} WHERE model = %s AND effective_from <= %s "
-            "AND (provider_id = %s OR provider_id IS NULL) "
+            f"SELECT {columns_of(Price)} FROM {ops.quote_name(self.model._meta.db_table)} WHERE model = %s "
+            "AND effective_from <= %s AND (provider_id = %s OR provider_id IS NULL) "
             "ORDER BY CASE WHEN provider_id IS NULL THEN 1 ELSE 0 END, effective_from DESC LIMIT 1"
         )
-        return next(iter(self.raw(sql, [model, ops.adapt_datetimefield_value(at), provider_id])), None)
+        return next(iter(rows_of(Price, sql, [model, ops.adapt_datetimefield_value(at), provider_id])), None)
 
 
 class Price(models.Model):

@@ -89,7 +89,8 @@ def rows_match_the_orm() -> None:
     from django.db.models import F
     from django.utils import timezone
 
-    from chat.models import Message, Provider, Usage, insert_row, update_row
+    from chat.models import Message, Price, Provider, Usage, insert_row, update_row
+    from chat.models.base import columns_of, rows_of
 
     user = get_user_model().objects.create(username="rows")
     provider = Provider.objects.create(name="rows", base_url="http://127.0.0.1:9/v1")
@@ -121,6 +122,13 @@ def rows_match_the_orm() -> None:
     update_row(Message, message.pk, {"thinking_ms": 40})
     assert update_row(Message, message.pk, {"thinking_ms": F("thinking_ms") + 2}) == 1
     assert Message.objects.get(pk=message.pk).thinking_ms == 42
+    # rows_of reads what the ORM reads, each column converted as it converts it (decimals, datetimes, JSON).
+    Price.objects.create(provider=provider, model="m", prompt=Decimal("1.5"), completion=Decimal("2.25"))
+    for model, row in ((Price, Price.objects.get(model="m")), (Usage, ours), (Provider, provider)):
+        sql = f"SELECT {columns_of(model)} FROM {model._meta.db_table} WHERE id = %s"
+        [read] = rows_of(model, sql, [row.pk])
+        read_columns = {f.attname: getattr(read, f.attname) for f in model._meta.concrete_fields}
+        assert read_columns == columns(row) | {"id": row.pk}
 
 
 @pytest.mark.django_db

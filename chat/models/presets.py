@@ -8,7 +8,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from .. import db
-from .base import MODEL_MAX_LENGTH
+from .base import MODEL_MAX_LENGTH, columns_of, rows_of
 
 MAX_PRESET_TEXT = 20_000  # characters, as a message's system prompt (chat/params.py)
 
@@ -83,16 +83,11 @@ class ChatDefaults(models.Model):
         Plain SQL: it runs on every new chat's start, where the ORM's building and compiling
         of this one-row query cost ten times running it.
         """
-        names = [field.attname for field in cls._meta.concrete_fields]
         quote = connection.ops.quote_name
-        sql = (
-            f"SELECT {', '.join(quote(cls._meta.get_field(name).column) for name in names)} "
-            f"FROM {quote(cls._meta.db_table)} WHERE {quote(cls._meta.get_field('user').column)} = %s"
-        )
-        with connection.cursor() as cursor:
-            cursor.execute(sql, [user.pk])
-            row = cursor.fetchone()
-        return cls(user=user) if row is None else cls.from_db(connection.alias, names, row)
+        user_column = quote(cls._meta.get_field("user").column)
+        sql = f"SELECT {columns_of(cls)} FROM {quote(cls._meta.db_table)} WHERE {user_column} = %s"
+        found = rows_of(cls, sql, [user.pk])
+        return found[0] if found else cls(user=user)
 
     @classmethod
     async def aof(cls, user) -> ChatDefaults:

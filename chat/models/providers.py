@@ -15,7 +15,7 @@ from django.utils.translation import gettext as _
 
 from .. import db, upstream
 from .access import Access
-from .base import MODEL_MAX_LENGTH, ChatError
+from .base import MODEL_MAX_LENGTH, ChatError, rows_of
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ class ProviderQuerySet(models.QuerySet):
         if _enabled_sql is None:
             query = self.enabled().order_by("pk")
             _enabled_sql = query.query.get_compiler(query.db).as_sql()
-        return list(self.raw(*_enabled_sql))
+        return rows_of(Provider, *_enabled_sql)
 
     async def acatalog(self, access: Access | None = None) -> list[CatalogEntry]:
         """Every (provider, model) pair of the enabled providers, in provider order; with `access`, its own."""
