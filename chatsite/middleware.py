@@ -12,9 +12,10 @@ security, CSRF and X-Frame-Options middleware keep their own names in settings.M
 the server's ASGIHandler below runs subclasses of them on the loop in their place.
 """
 
+from concurrent.futures import ThreadPoolExecutor
 from unittest import mock
 
-from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
+from asgiref.sync import ThreadSensitiveContext, iscoroutinefunction, markcoroutinefunction, sync_to_async
 from django.conf import settings
 from django.contrib.auth import middleware as auth
 from django.contrib.messages import middleware as messages
@@ -177,13 +178,28 @@ ON_THE_LOOP = {
 }
 
 
+# The thread of /v1's synchronous work: the request signals' receivers and closing the response.
+API_SYNC_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="v1-sync")
+
+
 class ASGIHandler(asgi.ASGIHandler):
     """Django's ASGI handler with Django's security, CSRF and X-Frame-Options middleware run on the event loop.
 
     Each of them sent every hook to a thread and back: six hand-offs per request, a few
     milliseconds of a `/v1` stream's start. Their hooks do no I/O (CSRF's token is in a
     cookie: CSRF_USE_SESSIONS is off), so they run inline like the others above.
+
+    Django also gives every request a thread of its own for its synchronous work. /v1's views
+    are async and do their database work on chat/db.py's threads, so there that thread only
+    ever runs the request_started and request_finished receivers and the response's close():
+    starting it cost more than all of them. /v1 requests share one long-lived thread instead.
     """
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http" and scope["path"].startswith("/v1/"):
+            async with ThreadSensitiveContext(executor=API_SYNC_THREAD):
+                return await super().__call__(scope, receive, send)
+        return await super().__call__(scope, receive, send)
 
     def load_middleware(self, is_async: bool = False) -> None:
         if not is_async or settings.CSRF_USE_SESSIONS:

@@ -39,3 +39,38 @@ def test_on_the_loop_the_server_still_sends_its_headers_and_checks_csrf(server):
         assert browser.post("/accounts/login/", data=form).status_code == 403  # no token
         form["csrfmiddlewaretoken"] = browser.cookies["csrftoken"]
         assert browser.post("/accounts/login/", data=form).status_code == 200  # the form again, with its error
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_v1_requests_share_one_thread_for_their_synchronous_work():
+    """Django would start a thread for each request; /v1's share one, other paths keep their own."""
+    import threading
+
+    from asgiref.testing import ApplicationCommunicator
+    from django.core.signals import request_finished, request_started
+
+    threads: dict[str, set[str]] = {}
+
+    def started(sender, scope, **kwargs):
+        threads.setdefault(scope["path"], set()).add(threading.current_thread().name)
+
+    def finished(sender, **kwargs):
+        threads.setdefault("finished", set()).add(threading.current_thread().name)
+
+    handler = ASGIHandler()
+    request_started.connect(started)
+    request_finished.connect(finished)
+    try:
+        for path in ("/v1/models", "/v1/models", "/v1/chat/completions", "/accounts/login/", "/accounts/login/"):
+            scope = {"type": "http", "method": "GET", "path": path, "query_string": b"", "headers": [],
+                     "server": ("testserver", 80), "client": ("127.0.0.1", 1)}  # fmt: skip
+            app = ApplicationCommunicator(handler, scope)
+            await app.send_input({"type": "http.request", "body": b""})
+            assert (await app.receive_output(5))["type"] == "http.response.start"
+            await app.wait(5)
+    finally:
+        request_started.disconnect(started)
+        request_finished.disconnect(finished)
+    assert threads["/v1/models"] == threads["/v1/chat/completions"] == {"v1-sync_0"}
+    assert len(threads["/accounts/login/"]) == 2 and "v1-sync_0" not in threads["/accounts/login/"]
+    assert threads["finished"] >= {"v1-sync_0"} and len(threads["finished"]) == 3
