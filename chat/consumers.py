@@ -109,38 +109,30 @@ async def dispatch_all(receivers, dispatch) -> None:
 
     Channels waits on one task per source with asyncio.wait and makes a new task for every
     message (a delta costs three task steps and the wait's callbacks). Here one reader task
-    per source hands its messages over through a queue of one: still one message at a time
-    in the order they came, and a source reads its next message only once the last one was
-    taken (so a layer's capacity still limits a socket that does not keep up). A reader's
-    error is raised here, as Channels raises it; on the way out the readers are cancelled.
+    per source dispatches what it reads itself, taking turns by a lock: still one message at
+    a time in the order they came (the lock is fair), and a source reads its next message
+    only once the last one was dispatched (so a layer's capacity still limits a socket that
+    does not keep up). A delta costs one task step. A reader's error (StopConsumer included)
+    is raised here, as Channels raises it; on the way out the readers are cancelled.
     """
-    handoff: asyncio.Queue = asyncio.Queue(maxsize=1)
+    turn = asyncio.Lock()
 
     async def read(receive) -> None:
-        try:
-            while True:
-                message = await receive()
-                await handoff.put((message, None))
-        except asyncio.CancelledError:
-            raise
-        except BaseException as exc:
-            await handoff.put((None, exc))
+        while True:
+            message = await receive()
+            async with turn:
+                await dispatch(message)
 
     readers = [asyncio.ensure_future(read(receive)) for receive in receivers]
     try:
-        while True:
-            message, error = await handoff.get()
-            if error is not None:
-                raise error
-            await dispatch(message)
+        done, _ = await asyncio.wait(readers, return_when=asyncio.FIRST_EXCEPTION)
+        for reader in done:
+            reader.result()
     finally:
         for reader in readers:
             reader.cancel()
-        for reader in readers:
-            try:
-                await reader
-            except asyncio.CancelledError:
-                pass
+        # Their endings (cancelled, or the error raised above) are not raised again.
+        await asyncio.gather(*readers, return_exceptions=True)
 
 
 class ChatConsumer(AsyncJsonWebsocketConsumer):
