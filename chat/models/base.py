@@ -80,12 +80,13 @@ def rows_of(model: type[models.Model], sql: str, params: list, using: str = "def
     fields = model._meta.concrete_fields
     converters = _converters.get((model, using))
     if converters is None:
-        converters = _converters[(model, using)] = []
+        converters = []
         for index, field in enumerate(fields):
             column = field.get_col(model._meta.db_table)
             found = field.get_db_converters(connection) + connection.ops.get_db_converters(column)
             if found:
                 converters.append((index, found, column))
+        _converters[(model, using)] = converters  # whole: another database thread may read it at once
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()
