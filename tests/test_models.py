@@ -118,6 +118,11 @@ def rows_match_the_orm() -> None:
     assert columns(ours) == columns(theirs) and columns(ours)["cost"] == Decimal("0.00012345")
     assert update_row(Usage, ours.pk, {"message": message}) == 1 and columns(ours)["message_id"] == message.pk
     assert update_row(Usage, 10**9, {"error": "none such"}) == 0
+    # A condition besides the key: a row that no longer matches it is left as it is.
+    assert update_row(Usage, ours.pk, {"error": "late"}, where={"status": "streaming"}) == 0
+    assert update_row(Usage, ours.pk, {"error": "on time"}, where={"status": "complete"}) == 1
+    assert columns(ours)["error"] == "on time"
+    update_row(Usage, ours.pk, {"error": ""})
     # An expression is the ORM's to write.
     update_row(Message, message.pk, {"thinking_ms": 40})
     assert update_row(Message, message.pk, {"thinking_ms": F("thinking_ms") + 2}) == 1

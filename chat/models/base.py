@@ -128,21 +128,27 @@ def insert_row(obj: models.Model, using: str = "default") -> models.Model:
     return obj
 
 
-def update_row(model: type[models.Model], pk: Any, values: dict[str, Any], using: str = "default") -> int:
-    """`model.objects.filter(pk=pk).update(**values)` for plain values (an expression goes to the ORM); rows changed."""
-    if any(hasattr(value, "resolve_expression") for value in values.values()):
-        return model._base_manager.using(using).filter(pk=pk).update(**values)
+def update_row(
+    model: type[models.Model], pk: Any, values: dict[str, Any], using: str = "default", *, where: dict | None = None
+) -> int:
+    """`model.objects.filter(pk=pk, **where).update(**values)`; an expression goes to the ORM. Rows changed."""
+    where = where or {}
+    if any(hasattr(value, "resolve_expression") for value in [*values.values(), *where.values()]):
+        return model._base_manager.using(using).filter(pk=pk, **where).update(**values)
     meta, connection = model._meta, connections[using]
     fields = [meta.get_field(name) for name in values]
-    key = (model, using, tuple(values))
+    conditions = [meta.pk, *(meta.get_field(name) for name in where)]
+    key = (model, using, tuple(values), tuple(where))
     sql = _statements.get(key)
     if sql is None:
         quote = connection.ops.quote_name
         sql = _statements[key] = (
             f"UPDATE {quote(meta.db_table)} SET {', '.join(f'{quote(field.column)} = %s' for field in fields)} "
-            f"WHERE {quote(meta.pk.column)} = %s"
+            f"WHERE {' AND '.join(f'{quote(field.column)} = %s' for field in conditions)}"
         )
     params = [_value(field, value, connection) for field, value in zip(fields, values.values(), strict=True)]
+    matched = [pk, *where.values()]
+    keys = [field.get_db_prep_value(value, connection) for field, value in zip(conditions, matched, strict=True)]
     with connection.cursor() as cursor:
-        cursor.execute(sql, [*params, meta.pk.get_db_prep_value(pk, connection)])
+        cursor.execute(sql, [*params, *keys])
         return cursor.rowcount
