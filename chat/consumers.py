@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 import orjson
+from channels.consumer import get_handler_name
 from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from channels.layers import get_channel_layer
@@ -189,16 +190,23 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         await process.ensure_started()
 
     async def dispatch(self, message: dict) -> None:
-        # Channels closes stale database connections (a thread hop) before every message;
-        # the per-token events touch no database, so they skip it.
+        # Channels closes stale database connections on its shared sync thread before every
+        # message (and at disconnect): a thread hop per message, which could queue every socket
+        # behind a write waiting for SQLite's lock. This consumer's database work all runs on
+        # chat/db.py's threads, which look after their own connections, so there is nothing
+        # for it to close; the per-token events skip even the handler's lookup.
         if message["type"] in FAST_EVENTS:
             await FAST_EVENTS[message["type"]](self, message)
-        elif message["type"] == "websocket.connect":
-            # Nor does connect (the user comes from chat/overload.py's cache): that thread hop
-            # would queue every new socket behind a write waiting for SQLite's lock.
-            await self.websocket_connect(message)
-        else:
-            await super().dispatch(message)
+            return
+        handler = getattr(self, get_handler_name(message), None)
+        if handler is None:
+            raise ValueError(f"No handler for message type {message['type']}")
+        await handler(message)
+
+    async def websocket_disconnect(self, message: dict) -> None:
+        # Channels' own also discards self.groups (none here) and closes stale connections (see dispatch).
+        await self.disconnect(message["code"])
+        raise StopConsumer()
 
     async def disconnect(self, code: int) -> None:
         for wait in getattr(self, "waits", ()):
@@ -346,11 +354,8 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
     async def on_edit(self, fields: dict) -> None:
         message_id = parse_id(fields, "message")
         content = parse_content(fields.get("content"))
-        edited = (
-            await Message.objects.filter(pk=message_id, role=Message.Role.USER, conversation__owner=self.user)
-            .values_list("conversation_id", flat=True)
-            .afirst()
-        )
+        edited = Message.objects.filter(pk=message_id, role=Message.Role.USER, conversation__owner=self.user)
+        edited = await db.run(edited.values_list("conversation_id", flat=True).first)()
         if edited is None:
             raise ChatError("not_found", _("No such message."))
         await self.start_turn(fields, conversation_id=edited, content=content, edit=message_id)
@@ -398,12 +403,11 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
 
     async def on_attach(self, fields: dict) -> None:
         conversation_id = parse_id(fields, "conversation")
-        if not await Conversation.objects.owned_by(self.user).filter(pk=conversation_id).aexists():
+        if not await db.run(Conversation.objects.owned_by(self.user).filter(pk=conversation_id).exists)():
             raise ChatError("not_found", _("No such conversation."))
         await self.watch(conversation_id)
-        streaming = (
-            await Message.objects.streaming().filter(conversation_id=conversation_id).select_related("worker").afirst()
-        )
+        streaming = Message.objects.streaming().filter(conversation_id=conversation_id).select_related("worker")
+        streaming = await db.run(streaming.first)()
         if streaming is None:
             await self.send(text_data=frame(type="attached", conversation=conversation_id, message=None))
             return
@@ -421,7 +425,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         await asyncio.sleep(SNAPSHOT_WAIT)
         if self.attaching.get(message_id, FROM_DATABASE) is not None:
             return
-        reply = await Message.objects.aget(pk=message_id)
+        reply = await db.run(Message.objects.get)(pk=message_id)
         if self.attaching.get(message_id, FROM_DATABASE) is None:
             self.attaching[message_id] = FROM_DATABASE
             for text in snapshot_frames(
@@ -430,11 +434,8 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
                 await self.send(text_data=text)
 
     async def _own_reply(self, message_id: int) -> Message:
-        reply = (
-            await Message.objects.filter(pk=message_id, role=Message.Role.ASSISTANT, conversation__owner=self.user)
-            .select_related("worker")
-            .afirst()
-        )
+        reply = Message.objects.filter(pk=message_id, role=Message.Role.ASSISTANT, conversation__owner=self.user)
+        reply = await db.run(reply.select_related("worker").first)()
         if reply is None:
             raise ChatError("not_found", _("No such message."))
         return reply
@@ -477,7 +478,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         message_id = event["message"]
         if message_id in self.attaching and self.attaching.pop(message_id) in (None, FROM_DATABASE):
             # The stream ended before the owner's snapshot reached us: the saved text is final.
-            reply = await Message.objects.aget(pk=message_id)
+            reply = await db.run(Message.objects.get)(pk=message_id)
             for text in snapshot_frames(
                 reply.conversation_id, reply.pk, reply.content, reply.reasoning, reply.status, reply.model, None
             ):
