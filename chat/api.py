@@ -17,6 +17,7 @@ from django.views.decorators.csrf import csrf_exempt
 from . import budgets, busy, db, limits, process, upstream
 from .apiauth import authenticate, bearer, caller
 from .models import (
+    Access,
     ApiToken,
     CatalogEntry,
     ChatError,
@@ -97,15 +98,21 @@ class SSEResponse(StreamingHttpResponse):
             await self._cleanup.aclose()
 
 
+def caller_and_providers(secret: str) -> tuple[ApiToken, Access, list[Provider]] | None:
+    """The token, what its owner may use and the enabled providers: one trip to a database thread, not two."""
+    found = caller(secret)
+    return None if found is None else (*found, Provider.objects.enabled_list())
+
+
 @csrf_exempt
 async def chat_completions(request):
     if request.method != "POST":
         return openai_error(405, "Use POST.", "invalid_request_error", "method_not_allowed")
     secret = bearer(request)
-    found = None if secret is None else await db.run(caller)(secret)
+    found = None if secret is None else await db.run(caller_and_providers)(secret)
     if found is None:
         return unauthorized()
-    token, access = found
+    token, access, providers = found
     try:
         body = parse_request(
             request.body, max_tokens=settings.MAX_TOKENS_LIMIT, max_n=settings.API_MAX_N,
@@ -114,7 +121,7 @@ async def chat_completions(request):
     except RequestError as exc:
         return HttpResponse(exc.body(), status=exc.status, content_type="application/json")
     try:
-        entry = await Provider.objects.aresolve(body["model"], access)
+        entry = await Provider.objects.aresolve(body["model"], access, providers=providers)
     except ChatError as exc:
         if exc.code == "model_not_allowed":  # i14's own refusal of a model, in its shape
             return openai_error(403, exc.detail, "permission_error", "model_not_allowed")

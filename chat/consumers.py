@@ -22,7 +22,7 @@ from . import busy, db, generation, params, process, sessions
 from .generation import Job, conversation_group, frame, snapshot_frames
 from .language import language_from_scope
 from .limits import FRAME_LIMIT_CLOSE_CODE, FrameLimiter
-from .models import ChatDefaults, ChatError, Conversation, Message, Provider, access_for, begin_turn, branches
+from .models import ChatDefaults, ChatError, Conversation, Message, Provider, access_of, begin_turn, branches
 from .models.attachments import MAX_PER_MESSAGE as MAX_ATTACHMENTS
 
 # Frames that start a stream re-check the session first (cached for CHAT_SESSION_CHECK_SECONDS).
@@ -103,6 +103,21 @@ def parse_attachments(value: Any) -> list[int]:
         if not params.is_int(item) or item < 1:
             raise ChatError("bad_field", _("`attachments` must hold positive integer ids."))
     return value
+
+
+def turn_inputs(user, conversation_id: int | None) -> tuple:
+    """What a turn's start reads before it resolves its model, in one trip to a database thread, not three.
+
+    An existing conversation's model (None: not this user's), a new chat's defaults (None for an
+    existing one), what the user may use, and the enabled providers.
+    """
+    stored = defaults = None
+    if conversation_id is None:
+        defaults = ChatDefaults.of(user)
+    else:
+        models = Conversation.objects.owned_by(user).filter(pk=conversation_id).values_list("model", flat=True)
+        stored = models.first()
+    return stored, defaults, access_of(user), Provider.objects.enabled_list()
 
 
 async def dispatch_all(receivers, dispatch) -> None:
@@ -366,23 +381,21 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         if model is not None and not isinstance(model, str):
             raise ChatError("bad_field", _("`model` must be a string."))
         params = parse_params(fields.get("params"))
+        stored, defaults, access, providers = await db.run(turn_inputs)(self.user, conversation_id)
         if conversation_id is not None:
-            models = Conversation.objects.owned_by(self.user).filter(pk=conversation_id).values_list("model", flat=True)
-            stored = await db.run(models.first)()
             if stored is None:
                 raise ChatError("not_found", _("No such conversation."))
             model = model or stored
         asked = model
-        if conversation_id is None:  # a new chat: what it does not set comes from the person's defaults
-            defaults = await ChatDefaults.aof(self.user)
+        if defaults is not None:  # a new chat: what it does not set comes from the person's defaults
             model, params, turn["system_prompt"] = defaults.apply(model, params, turn.get("system_prompt"))
-        access = await access_for(self.user)
         try:
-            entry = await Provider.objects.aresolve(model, access)
+            entry = await Provider.objects.aresolve(model, access, providers=providers)
         except ChatError:
             if model == asked:
                 raise
-            entry = await Provider.objects.aresolve(asked, access)  # a default model no longer offered
+            # a default model no longer offered
+            entry = await Provider.objects.aresolve(asked, access, providers=providers)
         if conversation_id is None and turn.get("system_prompt") is None and access.system_prompt:
             turn["system_prompt"] = access.system_prompt  # the group's default for a new chat
         await process.ensure_started()

@@ -7,7 +7,6 @@ from django.db import connection, models
 from django.db.models import Q
 from django.utils import timezone
 
-from .. import db
 from .base import MODEL_MAX_LENGTH, columns_of, rows_of
 
 MAX_PRESET_TEXT = 20_000  # characters, as a message's system prompt (chat/params.py)
@@ -88,10 +87,6 @@ class ChatDefaults(models.Model):
         sql = f"SELECT {columns_of(cls)} FROM {quote(cls._meta.db_table)} WHERE {user_column} = %s"
         found = rows_of(cls, sql, [user.pk])
         return found[0] if found else cls(user=user)
-
-    @classmethod
-    async def aof(cls, user) -> ChatDefaults:
-        return await db.run(cls.of)(user)
 
     def as_json(self) -> dict:
         return {"model": self.model, "temperature": self.temperature, "system_prompt": self.system_prompt}

@@ -66,7 +66,7 @@ class CatalogEntry:
 _model_cache: dict[int, tuple[float, object, list[str]]] = {}
 # (provider pk, its `updated`, event loop) -> the GET /models under way for it.
 _listing: dict[tuple, asyncio.Future] = {}
-# The SQL and parameters of the enabled providers' query (ProviderQuerySet._enabled_list).
+# The SQL and parameters of the enabled providers' query (ProviderQuerySet.enabled_list).
 _enabled_sql: tuple[str, tuple] | None = None
 
 
@@ -74,7 +74,7 @@ class ProviderQuerySet(models.QuerySet):
     def enabled(self):
         return self.filter(enabled=True)
 
-    def _enabled_list(self) -> list[Provider]:
+    def enabled_list(self) -> list[Provider]:
         """The enabled providers in order, by a statement compiled once per process: on every
         stream start, compiling the ORM's query cost more than running it (8 % of a `/v1` start)."""
         global _enabled_sql
@@ -83,22 +83,28 @@ class ProviderQuerySet(models.QuerySet):
             _enabled_sql = query.query.get_compiler(query.db).as_sql()
         return rows_of(Provider, *_enabled_sql)
 
-    async def acatalog(self, access: Access | None = None) -> list[CatalogEntry]:
-        """Every (provider, model) pair of the enabled providers, in provider order; with `access`, its own."""
-        providers = await db.run(self._enabled_list)()
+    async def acatalog(self, access: Access | None = None, *, providers: list | None = None) -> list[CatalogEntry]:
+        """Every (provider, model) pair of the enabled providers, in provider order; with `access`, its own.
+
+        `providers`: enabled_list() as the caller read it already, in a trip to a database thread of its own.
+        """
+        if providers is None:
+            providers = await db.run(self.enabled_list)()
         lists = await asyncio.gather(*(p.amodel_ids() for p in providers))
         catalog = [CatalogEntry(p, m) for p, ids in zip(providers, lists, strict=True) for m in ids]
         if access is not None:
             catalog = [entry for entry in catalog if access.allows(entry.provider.pk, entry.model)]
         return catalog
 
-    async def aresolve(self, model: str | None, access: Access | None = None) -> CatalogEntry:
+    async def aresolve(
+        self, model: str | None, access: Access | None = None, *, providers: list | None = None
+    ) -> CatalogEntry:
         """The provider and model id for a requested model (plain, or `provider/model`).
 
         With `access` (chat/models/access.py), a model that person may not use is refused
         (`model_not_allowed`), and no model means their group's default, else the site's.
         """
-        catalog = await self.acatalog()
+        catalog = await self.acatalog(providers=providers)
         if not catalog:
             raise ChatError("no_provider", _("No upstream provider is enabled."))
         if not model:
