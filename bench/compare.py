@@ -9,7 +9,7 @@ on the machine falls on all of them alike. Per system and path it measures:
 - time to first token (request sent -> first content chunk received) and per-chunk latency
   (the upstream stamps each piece with its send time), p50/p95/p99, and what each adds over the
   direct path at the same concurrency;
-- one-token requests a second, and the server's CPU per stream start (from /proc/<pid>/stat);
+- one-token requests a second, and the server's CPU per stream start (its process CPU clock);
 - server CPU per chunk (the run's CPU less the stream starts, over the chunks);
 - RSS per stream (peak RSS during the run less RSS before it, over the streams);
 - failed streams (an error or no end) and lost chunks.
