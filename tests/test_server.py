@@ -478,3 +478,48 @@ def test_a_write_through_leaves_what_the_socket_did_not_take_to_the_reactor(room
     idle = FakeTransport(None)
     _send_now(idle)  # nothing written: nothing to do
     assert not idle.watched and idle.sent == b""
+
+
+class CapturingTransport:
+    def __init__(self) -> None:
+        self.out = b""
+
+    def write(self, data: bytes) -> None:
+        self.out += data
+
+
+def open_protocol(**options):
+    """daphne's websocket protocol, open, as its factory configures it, writing to a buffer."""
+    import collections
+
+    from autobahn.websocket.protocol import TrafficStats
+    from daphne.ws_protocol import WebSocketFactory
+
+    factory = WebSocketFactory(None)
+    factory.setProtocolOptions(**options)
+    protocol = factory.buildProtocol(None)
+    for attr in protocol.CONFIG_ATTRS:  # what autobahn copies from the factory when a connection opens
+        setattr(protocol, attr, getattr(factory, attr))
+    protocol.transport, protocol.state = CapturingTransport(), protocol.STATE_OPEN
+    protocol._perMessageCompress, protocol.send_queue, protocol.trackedTimings = None, collections.deque(), None
+    protocol.trafficStats, protocol.logOctets, protocol.logFrames = TrafficStats(), False, False
+    return protocol
+
+
+def test_a_text_frame_is_byte_for_byte_the_frame_autobahn_writes():
+    from chatsite.server import text_frame
+
+    protocol = open_protocol(maxMessagePayloadSize=2**20)
+    # Each length encoding (7 bits, 16 bits, 64 bits) at its edges, with multi-byte characters.
+    for size in (0, 1, 125, 126, 127, 65535, 65536, 70001):
+        text = "é" * (size // 2) + "a" * (size % 2)
+        protocol.transport.out = b""
+        protocol.sendMessage(text.encode(), False)
+        assert text_frame(protocol, {"type": "websocket.send", "text": text}) == protocol.transport.out, size
+    # What autobahn would do otherwise is left to it.
+    assert text_frame(protocol, {"type": "websocket.send", "bytes": b"x"}) is None
+    assert text_frame(protocol, {"type": "websocket.send", "text": "x" * (2**20 + 1)}) is None  # it raises
+    protocol.send_queue.append((b"earlier", True))
+    assert text_frame(protocol, {"type": "websocket.send", "text": "x"}) is None  # after what is queued
+    assert text_frame(open_protocol(autoFragmentSize=10), {"type": "websocket.send", "text": "x" * 11}) is None
+    assert text_frame(open_protocol(maskServerFrames=True), {"type": "websocket.send", "text": "x"}) is None
