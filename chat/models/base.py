@@ -3,6 +3,7 @@ columns, the status of a stream, and the stream's inserts and updates by stateme
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Any
 
@@ -64,6 +65,7 @@ def _value(field: models.Field, value: Any, connection) -> Any:
     return field.get_db_prep_save(value, connection=connection)
 
 
+@functools.cache  # read at every stream's start and end: made once, like the statements above
 def columns_of(model: type[models.Model], using: str = "default") -> str:
     """The model's columns, in the order rows_of() reads them."""
     quote = connections[using].ops.quote_name
