@@ -523,3 +523,37 @@ def test_a_text_frame_is_byte_for_byte_the_frame_autobahn_writes():
     assert text_frame(protocol, {"type": "websocket.send", "text": "x"}) is None  # after what is queued
     assert text_frame(open_protocol(autoFragmentSize=10), {"type": "websocket.send", "text": "x" * 11}) is None
     assert text_frame(open_protocol(maskServerFrames=True), {"type": "websocket.send", "text": "x"}) is None
+
+
+class StubChannel:
+    """What daphne's request reads from its HTTP channel when it is made."""
+
+    transport = None
+
+    def __init__(self) -> None:
+        from types import SimpleNamespace
+
+        self.factory = SimpleNamespace(server=SimpleNamespace(protocol_connected=lambda request: None))
+
+    def getPeer(self):
+        from twisted.internet.address import IPv4Address
+
+        return IPv4Address("TCP", "127.0.0.1", 50000)
+
+    getHost = getPeer
+
+
+@pytest.mark.parametrize("content_type", [b"application/x-www-form-urlencoded", b"multipart/form-data; boundary=b"])
+def test_twisted_leaves_a_posted_form_to_django(content_type):
+    from chatsite.server import LimitedRequest
+
+    body = b"a=1" if content_type.startswith(b"application") else (
+        b'--b\r\nContent-Disposition: form-data; name="a"\r\n\r\n1\r\n--b--\r\n')  # fmt: skip
+    request = LimitedRequest(StubChannel())
+    request.requestHeaders.setRawHeaders(b"content-type", [content_type])
+    request.gotLength(len(body))
+    request.handleContentChunk(body)
+    request.process = lambda: None  # daphne's hand-over to Django is not what this test is about
+    request.requestReceived(b"POST", b"/api/attachments", b"HTTP/1.1")
+    assert request.args == {}  # Twisted parsed nothing: Django parses the body, once
+    assert request.content.read() == body
