@@ -10,7 +10,8 @@ on the machine falls on all of them alike. Per system and path it measures:
   (the upstream stamps each piece with its send time), p50/p95/p99, and what each adds over the
   direct path at the same concurrency;
 - one-token requests a second, and the server's CPU per stream start (its process CPU clock);
-- server CPU per chunk (the run's CPU less the stream starts, over the chunks);
+- server CPU per chunk (the run's CPU less the stream starts, and on the websocket less opening
+  and closing the socket each stream makes, over the chunks);
 - RSS per stream (peak RSS during the run less RSS before it, over the streams);
 - failed streams (an error or no end) and lost chunks.
 
@@ -381,6 +382,26 @@ async def one_token_rate(one, pid: int | None, requests: int, concurrency: int, 
     }
 
 
+async def websocket_connects(stack: Stack, pid: int, count: int, concurrency: int) -> float:
+    """Server CPU in ms to open and close one chat websocket, with no answer on it.
+
+    The streams of measure() each open a socket of their own, so their CPU holds a connect
+    and a close beside the stream: cpu_per_chunk() takes it out with the start's.
+    """
+    queue = iter(range(count))
+    url = stack.url.replace("http", "ws") + "/ws/chat/"
+
+    async def worker(session):
+        for _ in queue:
+            async with session.ws_connect(url, headers=socket_headers(stack)) as ws:
+                await ws.close()  # returns once the server's close frame is in
+
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+        cpu = cpu_seconds(pid)
+        await asyncio.gather(*(worker(session) for _ in range(concurrency)))
+        return (cpu_seconds(pid) - cpu) / count * 1000
+
+
 def ms(seconds: float | None) -> float | None:
     return None if seconds is None else seconds * 1000
 
@@ -449,6 +470,9 @@ def print_table(report: dict) -> None:
         print(
             f"| {row['system']} | {row['per_second']:.0f} | {fmt(row['cpu_ms_per_request'], '.2f')} | {row['failed']} |"
         )
+    if "websocket_connect_cpu_ms" in report:
+        print(f"\nServer CPU to open and close a chat websocket: {report['websocket_connect_cpu_ms']:.2f} ms "
+              "(taken out of the websocket's CPU per chunk with the start's: each stream opens a socket)")  # fmt: skip
 
 
 def draw(path: Path) -> Path | None:
@@ -485,6 +509,10 @@ async def run_all(stack: Stack, args) -> dict:
         print(
             f"one-token {name}: {rate['per_second']:.0f}/s, CPU {fmt(rate['cpu_ms_per_request'], '.2f')} ms", flush=True
         )
+    pid = found["ours websocket"][0]
+    report["websocket_connect_cpu_ms"] = await websocket_connects(stack, pid, args.requests, args.rate_concurrency)
+    starts["ours websocket"] += report["websocket_connect_cpu_ms"]
+    print(f"websocket open and close: CPU {report['websocket_connect_cpu_ms']:.2f} ms", flush=True)
     for streams in args.levels:
         floor = None
         for name, (pid, one) in found.items():

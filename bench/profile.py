@@ -21,7 +21,7 @@ import collections
 import subprocess
 import time
 
-from compare import BENCH_VENV, RESULTS, Stack, cpu_per_chunk, measure, one_token_rate, systems
+from compare import BENCH_VENV, RESULTS, Stack, cpu_per_chunk, measure, one_token_rate, systems, websocket_connects
 
 # Leaf functions that wait rather than work.
 IDLE = ("select", "Condition.wait", "_wait_for_tstate_lock", "SimpleQueue.get", "Event.wait")
@@ -52,6 +52,8 @@ def main() -> None:
         time.sleep(1)  # py-spy attaching
         if args.streams:
             start_ms = asyncio.run(one_token_rate(one, pid, 50, 1, socket))["cpu_ms_per_request"]
+            if socket:
+                start_ms += asyncio.run(websocket_connects(stack, pid, 50, 1))
             result = asyncio.run(measure(one, pid, args.streams, args.chunks, 20))
             cpu_per_chunk(result, start_ms, args.chunks)
         else:

@@ -24,6 +24,7 @@ def test_compare_runs_one_stream_through_each_path_and_writes_its_figures(tmp_pa
     rates = {row["system"]: row for row in report["one_token"]}
     assert all(row["failed"] == 0 and row["per_second"] > 0 for row in rates.values()), rates
     assert rates["ours /v1"]["cpu_ms_per_request"] > 0
+    assert report["websocket_connect_cpu_ms"] > 0
     assert "| ours websocket | 1 |" in done.stdout  # the printed table
 
 
