@@ -23,7 +23,7 @@ Routes (any path prefix is accepted, so the app can be mounted anywhere)::
 
 The scenario is chosen by ``[[name]]`` / ``[[name:value]]`` directives in the
 last user message: echo, chunks:N, size:N, reasoning:N, delay:MS, wait:MS,
-fault:cut|eof|midstream|malformed, malformed:N, status:CODE, html, echoauth, tools,
+fault:cut|eof|midstream|malformed|stall, malformed:N, status:CODE, html, echoauth, tools,
 length, comment, stamp, shape:paragraph|code (see ``FakeUpstream``).
 
 Every chat/completions request is recorded as a ``StreamRecord`` whose
@@ -513,7 +513,8 @@ class FakeUpstream:
 
     ``[[echo]]`` answer = the user's text; ``[[chunks:N]]`` N filler content chunks;
     ``[[reasoning:N]]`` N reasoning chunks first; ``[[delay:MS]]`` pause between chunks;
-    ``[[fault:cut|eof|midstream|malformed]]`` break the stream after half the content;
+    ``[[fault:cut|eof|midstream|malformed|stall]]`` break the stream after half the content
+    (``stall``: send nothing more, the connection left open, until the client goes);
     ``[[status:CODE]]`` fail before the first byte; ``[[tools]]`` two streamed tool calls;
     ``[[length]]`` stop after a third with finish_reason "length"; ``[[comment]]``
     ``: keep-alive`` comment lines between chunks; ``[[stamp]]`` each content piece
@@ -811,7 +812,7 @@ class FakeUpstream:
 
         plan = self._plan(dialect, model, info, record.id, body, messages, directives, clean, max_tokens)
         if record.stream:
-            await self._stream(send, record, state, plan)
+            await self._stream(send, record, state, plan, watcher)
         else:
             await self._non_stream(send, record, state, watcher, plan)
 
@@ -873,7 +874,7 @@ class FakeUpstream:
             finish = "length"
 
         fault = directives.get("fault") or None
-        if fault not in ("cut", "eof", "midstream", "malformed"):
+        if fault not in ("cut", "eof", "midstream", "malformed", "stall"):
             fault = None
         if fault == "midstream" and dialect == "i14":
             fault = "cut"  # i14 documents no mid-stream error form
@@ -941,7 +942,7 @@ class FakeUpstream:
         yield from enc.finish(record.started_at, record.sent_at[0] if record.sent_at else None)
         yield DONE
 
-    async def _stream(self, send: Any, record: StreamRecord, state: _State, plan: _Plan) -> None:
+    async def _stream(self, send: Any, record: StreamRecord, state: _State, plan: _Plan, watcher: asyncio.Task) -> None:
         enc = _Encoder(plan)
         headers = [(b"content-type", b"text/event-stream")]
         if plan.dialect == "infyrence":
@@ -990,6 +991,9 @@ class FakeUpstream:
             i += 1
         if state.disconnected:
             return
+        if plan.fault == "stall":
+            await watcher  # ends when the client disconnects
+            return
         state.ended = True
         if plan.fault == "cut":
             raise UpstreamCut(f"fault:cut after {len(sent)} events")
@@ -1022,7 +1026,7 @@ class FakeUpstream:
         if fault == "eof":
             state.ended = True
             return await self._respond(send, 200, body[: len(body) // 2], headers)
-        if fault == "cut":
+        if fault in ("cut", "stall"):
             headers = [
                 (b"content-type", b"application/json"),
                 (b"content-length", str(len(body)).encode()),
@@ -1030,6 +1034,9 @@ class FakeUpstream:
             ]
             await send({"type": "http.response.start", "status": 200, "headers": headers})
             await send({"type": "http.response.body", "body": body[: len(body) // 2], "more_body": True})
+            if fault == "stall":
+                await watcher  # silent until the client disconnects
+                return
             state.ended = True
             raise UpstreamCut("fault:cut in a non-stream response")
         record.finish_reason = plan.finish_reason

@@ -400,12 +400,13 @@ class UpstreamStream:
 
     def __init__(
         self, response: httpx.Response, deadline_at: float, *, first_byte_at: float | None = None,
-        max_event: int | None = None,
+        max_event: int | None = None, idle: float | None = None,
     ) -> None:  # fmt: skip
         self.response = response
         self.deadline_at = deadline_at
         self.first_byte_at = first_byte_at
         self.max_event = max_event
+        self.idle = idle  # the between-bytes read timeout, kept by _reads() on aiohttp
 
     @property
     def request_id(self) -> str | None:
@@ -415,8 +416,8 @@ class UpstreamStream:
         """Every SSE event (comment-only blocks included) as it arrives."""
         decoder = SSEDecoder(self.max_event)
         loop = asyncio.get_running_loop()
-        reader = _aiohttp_reader(self.response)
-        pieces = self.response.aiter_bytes() if reader is None else _reads(reader)
+        aio = _aiohttp_response(self.response)
+        pieces = self.response.aiter_bytes() if aio is None else _reads(aio, self.idle)
         try:
             if self.first_byte_at is not None:
                 try:
@@ -439,12 +440,14 @@ class UpstreamStream:
             for event in decoder.close():
                 yield event
             raise UpstreamError("cut", "the upstream connection ended mid-stream") from exc
+        finally:
+            await pieces.aclose()  # now, not when collected: _reads() stops its timer
         for event in decoder.close():
             yield event
 
 
-def _aiohttp_reader(response: httpx.Response) -> aiohttp.StreamReader | None:
-    """The aiohttp body under an httpx-aiohttp response, or None (the plain httpx transport).
+def _aiohttp_response(response: httpx.Response) -> aiohttp.ClientResponse | None:
+    """The aiohttp response under an httpx-aiohttp one, or None (the plain httpx transport).
 
     Read directly, a network read reaches the decoder through one generator instead of
     six (httpx's aiter_bytes, aiter_raw and bound stream, httpx-aiohttp's stream and its
@@ -452,14 +455,47 @@ def _aiohttp_reader(response: httpx.Response) -> aiohttp.StreamReader | None:
     The response is still closed through httpx.
     """
     inner = getattr(response.stream, "_stream", None)
-    aio = getattr(inner, "_aiohttp_response", None)
-    return None if aio is None else aio.content
+    return getattr(inner, "_aiohttp_response", None)
 
 
-async def _reads(reader: aiohttp.StreamReader) -> AsyncIterator[bytes]:
-    """What arrives, a read at a time, until the body ends."""
-    while piece := await reader.readany():
-        yield piece
+async def _reads(response: aiohttp.ClientResponse, idle: float | None) -> AsyncIterator[bytes]:
+    """What arrives, a read at a time, until the body ends; waiting `idle` seconds for a byte times out.
+
+    aiohttp keeps that timeout by cancelling a timer and arming a new one on every network
+    read: 4 % of a websocket chunk's CPU in py-spy, and a heap of cancelled timers in the
+    event loop. Here its timer is off (as aiohttp does for its own websockets) and one timer
+    per stream, when it fires, fails the read if it has been waiting `idle` seconds and
+    otherwise re-arms for the rest. As with aiohttp's, time the reader is not waiting (its
+    consumer busy, or held back by a slow client) does not count: that is not the peer's.
+    """
+    reader = response.content
+    protocol = None if response.connection is None else response.connection.protocol
+    if idle is None or protocol is None:
+        while piece := await reader.readany():
+            yield piece
+        return
+    protocol.read_timeout = None  # from its next read on; a timer it armed already may still fire, as ours would
+    loop = asyncio.get_running_loop()
+    waiting_since: float | None = None
+
+    def check() -> None:
+        nonlocal timer
+        if waiting_since is not None and loop.time() - waiting_since >= idle:
+            reader.set_exception(aiohttp.SocketTimeoutError("Timeout on reading data from socket"))
+            return
+        timer = loop.call_at((loop.time() if waiting_since is None else waiting_since) + idle, check)
+
+    timer = loop.call_at(loop.time() + idle, check)
+    try:
+        while True:
+            waiting_since = loop.time()
+            piece = await reader.readany()
+            waiting_since = None
+            if not piece:
+                return
+            yield piece
+    finally:
+        timer.cancel()
 
 
 @asynccontextmanager
@@ -494,7 +530,9 @@ async def open_stream(
     try:
         if response.status_code >= 400:
             raise await _error_from(response, api_key)
-        yield UpstreamStream(response, deadline_at, first_byte_at=first_byte_at, max_event=max_event)
+        yield UpstreamStream(
+            response, deadline_at, first_byte_at=first_byte_at, max_event=max_event, idle=timeouts.read
+        )
     finally:
         await response.aclose()
 

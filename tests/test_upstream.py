@@ -280,6 +280,29 @@ async def test_read_timeout_and_overall_deadline(client, fake_server):
     assert error.kind == "timeout" and "deadline" in error.message
 
 
+async def test_the_read_timeout_counts_only_time_spent_waiting_for_the_upstream(client, fake_server):
+    loop = asyncio.get_running_loop()
+    payload = upstream.build_payload(MODELS["infyrence"], [{"role": "user", "content": "[[delay:20]] [[chunks:20]]"}])
+    chunks, started = 0, loop.time()
+    async with upstream.open_stream(client, fake_server.base_url("infyrence"), FAKE_KEY, payload,
+                                    Timeouts(read=0.3)) as stream:  # fmt: skip
+        async for event in stream.events():
+            if event.data is not None and event.data.startswith(b"{"):
+                chunks += 1
+                if chunks == 2:
+                    # A consumer busy for longer than the timeout (say, a slow client's writes) while
+                    # the upstream keeps sending: not the upstream's silence.
+                    await asyncio.sleep(0.8)
+    assert chunks > 20 and loop.time() - started >= 0.8
+    # An upstream that goes silent mid-stream, its connection open: timed out once waited for
+    # that long, with what came before it kept.
+    started = loop.time()
+    content = "[[delay:100]] [[chunks:10]] [[fault:stall]]"
+    state, _, error = await run(client, fake_server, "infyrence", content, timeouts=Timeouts(read=0.3))
+    assert error.kind == "timeout" and "no data" in error.message, error
+    assert state.content and 0.6 < loop.time() - started < 3
+
+
 async def test_a_silent_upstream_fails_at_the_first_byte_timeout(client, fake_server):
     timeouts = Timeouts(first_byte=0.5, read=30)
     loop = asyncio.get_running_loop()
