@@ -20,6 +20,11 @@ bench/.venv's matplotlib, bench/chart.py) compare-latest.png.
 
     .venv/bin/python bench/compare.py                          # the full run, ~10 minutes
     .venv/bin/python bench/compare.py --levels 1 10 --chunks 20 --no-litellm
+    .venv/bin/python bench/compare.py --repeat 3               # each figure the median of 3 runs
+
+With --repeat, every measurement runs that many times, interleaved across the systems, and the
+table shows each figure's median (failed streams and lost chunks are summed): on a machine whose
+speed drifts within minutes, one run of a level says little.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import json
 import os
 import platform
 import secrets
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -402,6 +408,26 @@ async def websocket_connects(stack: Stack, pid: int, count: int, concurrency: in
         return (cpu_seconds(pid) - cpu) / count * 1000
 
 
+# Summed over repeated runs; any other number is the runs' median.
+SUMMED = ("failed", "lost_chunks")
+
+
+def median_of(runs: list[dict]) -> dict:
+    """One result from repeated runs of the same measurement."""
+    combined = dict(runs[0])
+    for key, value in runs[0].items():
+        if key in SUMMED:
+            combined[key] = sum(run[key] for run in runs)
+        elif key == "errors":
+            combined[key] = [error for run in runs for error in run[key]]
+        elif isinstance(value, (int, float)) or value is None:
+            values = [run[key] for run in runs if run[key] is not None]
+            # (a setting, such as the number of streams, is the same in each run and stays as it is)
+            combined[key] = statistics.median(values) if len(set(values)) > 1 else next(iter(values), None)
+    combined["runs"] = len(runs)
+    return combined
+
+
 def ms(seconds: float | None) -> float | None:
     return None if seconds is None else seconds * 1000
 
@@ -441,7 +467,9 @@ def fmt(value, spec: str = ".1f") -> str:
 
 
 def print_table(report: dict) -> None:
-    print(f"\n{report['chunks']} chunks a stream, {report['delay_ms']} ms apart; {report['machine']}\n")
+    runs = report.get("repeat", 1)
+    medians = f"; each figure the median of {runs} runs" if runs > 1 else ""
+    print(f"\n{report['chunks']} chunks a stream, {report['delay_ms']} ms apart{medians}; {report['machine']}\n")
     header = ("system", "streams", "TTFT p50/p95/p99 ms", "+TTFT p50", "chunk p50/p95/p99 ms", "+chunk p50/p99",
               "CPU µs/chunk", "RSS KiB/stream", "failed", "lost")  # fmt: skip
     print("| " + " | ".join(header) + " |")
@@ -493,6 +521,7 @@ async def run_all(stack: Stack, args) -> dict:
         "machine": machine(),
         "chunks": args.chunks,
         "delay_ms": args.delay,
+        "repeat": args.repeat,
         "systems": list(found),
         "one_token": [],
         "streams": [],
@@ -500,34 +529,47 @@ async def run_all(stack: Stack, args) -> dict:
     # Warm every path (imports, connections, the first conversation) before anything is timed.
     for pid, one in found.values():
         await measure(one, pid, min(5, args.levels[0]), 2, 1)
+    rates: dict[str, list[dict]] = {name: [] for name in found}
+    connects = []
+    pid = found["ours websocket"][0]
+    for _ in range(args.repeat):
+        for name, (system_pid, one) in found.items():
+            socket = stack if name == "ours websocket" else None
+            rate = await one_token_rate(one, system_pid, args.requests, args.rate_concurrency, socket)
+            rates[name].append(rate)
+            print(
+                f"one-token {name}: {rate['per_second']:.0f}/s, CPU {fmt(rate['cpu_ms_per_request'], '.2f')} ms",
+                flush=True,
+            )
+        connects.append(await websocket_connects(stack, pid, args.requests, args.rate_concurrency))
+        print(f"websocket open and close: CPU {connects[-1]:.2f} ms", flush=True)
+    report["websocket_connect_cpu_ms"] = statistics.median(connects)
     starts = {}
-    for name, (pid, one) in found.items():
-        socket = stack if name == "ours websocket" else None
-        rate = await one_token_rate(one, pid, args.requests, args.rate_concurrency, socket)
+    for name in found:
+        rate = median_of(rates[name])
         report["one_token"].append({"system": name, **rate})
         starts[name] = rate["cpu_ms_per_request"]
-        print(
-            f"one-token {name}: {rate['per_second']:.0f}/s, CPU {fmt(rate['cpu_ms_per_request'], '.2f')} ms", flush=True
-        )
-    pid = found["ours websocket"][0]
-    report["websocket_connect_cpu_ms"] = await websocket_connects(stack, pid, args.requests, args.rate_concurrency)
     starts["ours websocket"] += report["websocket_connect_cpu_ms"]
-    print(f"websocket open and close: CPU {report['websocket_connect_cpu_ms']:.2f} ms", flush=True)
     for streams in args.levels:
+        runs: dict[str, list[dict]] = {name: [] for name in found}
+        for _ in range(args.repeat):
+            for name, (system_pid, one) in found.items():
+                result = await measure(one, system_pid, streams, args.chunks, args.delay)
+                cpu_per_chunk(result, starts[name], args.chunks)
+                runs[name].append(result)
+                print(
+                    f"{name:>15} {streams:>4} streams: TTFT p50 {fmt(result['ttft_p50_ms'])} ms, chunk p50/p99 "
+                    f"{fmt(result['chunk_p50_ms'])}/{fmt(result['chunk_p99_ms'])} ms, failed {result['failed']}, "
+                    f"lost {result['lost_chunks']} {result['errors'][:1]}",
+                    flush=True,
+                )
         floor = None
-        for name, (pid, one) in found.items():
-            result = {"system": name, **await measure(one, pid, streams, args.chunks, args.delay)}
-            cpu_per_chunk(result, starts[name], args.chunks)
+        for name in found:
+            result = {"system": name, **median_of(runs[name])}
             if name == "direct":
                 floor = result
             added(result, floor)
             report["streams"].append(result)
-            print(
-                f"{name:>15} {streams:>4} streams: TTFT p50 {fmt(result['ttft_p50_ms'])} ms, chunk p50/p99 "
-                f"{fmt(result['chunk_p50_ms'])}/{fmt(result['chunk_p99_ms'])} ms, failed {result['failed']}, "
-                f"lost {result['lost_chunks']} {result['errors'][:1]}",
-                flush=True,
-            )
     return report
 
 
@@ -542,6 +584,7 @@ def main() -> None:
     parser.add_argument("--no-litellm", action="store_true", help="leave LiteLLM out even if installed")
     parser.add_argument("--no-chart", action="store_true")
     parser.add_argument("--out", type=Path, default=RESULTS, help="folder for the JSON and the chart")
+    parser.add_argument("--repeat", type=int, default=1, help="runs of each measurement; the table shows medians")
     args = parser.parse_args()
     stack = Stack(args.database_url, litellm=not args.no_litellm)
     try:

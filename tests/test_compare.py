@@ -9,7 +9,8 @@ from tests.live import ROOT
 
 
 def test_compare_runs_one_stream_through_each_path_and_writes_its_figures(tmp_path):
-    tiny = ["--levels", "1", "--chunks", "3", "--delay", "1", "--requests", "2", "--rate-concurrency", "1"]
+    tiny = ["--levels", "1", "--chunks", "3", "--delay", "1", "--requests", "2", "--rate-concurrency", "1",
+            "--repeat", "2"]  # fmt: skip
     command = [sys.executable, "bench/compare.py", *tiny, "--no-litellm", "--no-chart", "--out", str(tmp_path)]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -17,7 +18,7 @@ def test_compare_runs_one_stream_through_each_path_and_writes_its_figures(tmp_pa
     streams = {row["system"]: row for row in report["streams"]}
     assert set(streams) == {"direct", "ours /v1", "ours websocket"}
     for name, row in streams.items():
-        assert (row["streams"], row["failed"], row["lost_chunks"]) == (1, 0, 0), (name, row["errors"])
+        assert (row["streams"], row["runs"], row["failed"], row["lost_chunks"]) == (1, 2, 0, 0), (name, row["errors"])
         assert row["ttft_p50_ms"] > 0 and row["chunk_p99_ms"] is not None, name
     for name in ("ours /v1", "ours websocket"):
         assert streams[name]["cpu_s"] > 0 and streams[name]["added_ttft_p50_ms"] is not None
@@ -25,7 +26,8 @@ def test_compare_runs_one_stream_through_each_path_and_writes_its_figures(tmp_pa
     assert all(row["failed"] == 0 and row["per_second"] > 0 for row in rates.values()), rates
     assert rates["ours /v1"]["cpu_ms_per_request"] > 0
     assert report["websocket_connect_cpu_ms"] > 0
-    assert "| ours websocket | 1 |" in done.stdout  # the printed table
+    assert "| ours websocket | 1 |" in done.stdout and "the median of 2 runs" in done.stdout  # the printed table
+    assert done.stdout.count("ours websocket    1 streams:") == 2  # each run printed as it ends
 
 
 def test_soak_runs_two_short_rounds_and_reports_the_rss_after_each(tmp_path):
