@@ -24,7 +24,7 @@ Routes (any path prefix is accepted, so the app can be mounted anywhere)::
 The scenario is chosen by ``[[name]]`` / ``[[name:value]]`` directives in the
 last user message: echo, chunks:N, size:N, reasoning:N, delay:MS, wait:MS,
 fault:cut|eof|midstream|malformed|stall, malformed:N, status:CODE, html, echoauth, tools,
-length, comment, stamp, shape:paragraph|code (see ``FakeUpstream``).
+length, comment, cookie, stamp, shape:paragraph|code (see ``FakeUpstream``).
 
 Every chat/completions request is recorded as a ``StreamRecord`` whose
 ``threading.Event`` attributes let tests running in another thread wait for the
@@ -506,6 +506,13 @@ class _State:
         self.ended = False
 
 
+def _cookie(record: StreamRecord) -> list[tuple[bytes, bytes]]:
+    """The bot-management cookie a CDN in front of a provider sets on API answers ([[cookie]])."""
+    if "cookie" not in record.directives:
+        return []
+    return [(b"set-cookie", b"__cf_bm=%s; path=/; HttpOnly; SameSite=None" % secrets.token_hex(16).encode())]
+
+
 class FakeUpstream:
     """ASGI app reproducing the i14, api14 and infyrence wire formats, with faults on demand.
 
@@ -525,6 +532,7 @@ class FakeUpstream:
     chunks, the stream going on; ``[[wait:MS]]`` nothing at all (not even headers) for MS
     before the answer; with ``[[status:CODE]]``: ``[[html]]`` an HTML error page instead of
     JSON, ``[[echoauth]]`` the request's Authorization header echoed in the error message.
+    ``[[cookie]]`` a ``Set-Cookie`` on the answer, as providers behind a CDN send (``__cf_bm``).
     ``[[finish:TEXT]]`` the finish_reason of a finished stream; ``[[longid]]`` a 300-character
     completion id (also infyrence's X-Request-Id). ``[[shape:paragraph|code]]`` with ``chunks:N``:
     the N chunks make one paragraph with inline markup, or one python code block (fences included).
@@ -951,6 +959,7 @@ class FakeUpstream:
                 (b"connection", b"keep-alive"),
                 (b"x-request-id", record.id.encode()),
             ]
+        headers += _cookie(record)
         record.status = 200
         await send({"type": "http.response.start", "status": 200, "headers": headers})
 
@@ -1022,6 +1031,7 @@ class FakeUpstream:
             )
         body = enc.completion(record.started_at, time.monotonic())
         headers = [(b"x-request-id", record.id.encode())] if plan.dialect == "infyrence" else []
+        headers += _cookie(record)
         record.status = 200
         if fault == "eof":
             state.ended = True

@@ -153,10 +153,34 @@ def make_client(
     )
     hooks = {} if allow_link_local else {"request": [DestinationGuard()]}
     if transport == "aiohttp":
-        from httpx_aiohttp import HttpxAiohttpClient
+        from httpx_aiohttp import AiohttpTransport, HttpxAiohttpClient
 
-        return HttpxAiohttpClient(limits=limits, trust_env=False, event_hooks=hooks)
-    return httpx.AsyncClient(limits=limits, trust_env=False, event_hooks=hooks)
+        made = AiohttpTransport(limits=limits, trust_env=False)
+
+        def session() -> aiohttp.ClientSession:
+            # httpx-aiohttp's own session, but with no cookie jar (see below).
+            connector = aiohttp.TCPConnector(
+                limit=max_connections, keepalive_timeout=limits.keepalive_expiry, ssl=made.ssl_context
+            )
+            return aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.DummyCookieJar())
+
+        made.client = session  # called once, in the event loop, at the first request
+        client = HttpxAiohttpClient(limits=limits, trust_env=False, event_hooks=hooks, transport=made)
+    else:
+        client = httpx.AsyncClient(limits=limits, trust_env=False, event_hooks=hooks)
+    # One client serves everyone's requests: a cookie set in answer to one person (a CDN's
+    # __cf_bm, a gateway's session) must not go out with everybody's next ones. httpx would
+    # keep it (and parse every answer's headers through urllib's cookie machinery to look:
+    # 2 % of a stream start's CPU), so would aiohttp's session; neither jar keeps anything now.
+    client._cookies = NoCookies()  # the `cookies` setter would copy it into a plain jar
+    return client
+
+
+class NoCookies(httpx.Cookies):
+    """A client's cookie jar that keeps none of the cookies its answers set."""
+
+    def extract_cookies(self, response: httpx.Response) -> None:
+        pass
 
 
 # One client per event loop: a client's connections belong to the loop that opened them.

@@ -303,6 +303,29 @@ async def test_the_read_timeout_counts_only_time_spent_waiting_for_the_upstream(
     assert state.content and 0.6 < loop.time() - started < 3
 
 
+@pytest.mark.parametrize("stream", [True, False])
+async def test_an_upstreams_cookie_is_not_kept_for_later_requests(client, fake_server, stream):
+    # The client is shared by every person's requests: a cookie one answer set would go out with all of them.
+    payload = upstream.build_payload(MODELS["infyrence"], [{"role": "user", "content": "[[cookie]] hi"}])
+    payload["stream"] = stream
+    # By name: aiohttp's own jar keeps no cookie from an IP address.
+    base = fake_server.base_url("infyrence").replace("127.0.0.1", "localhost")
+    if stream:
+        async with upstream.open_stream(client, base, FAKE_KEY, payload) as opened:
+            assert "__cf_bm=" in opened.response.headers["set-cookie"]
+            async for _ in opened.events():
+                pass
+    else:
+        answer = await upstream.post_json(client, base, FAKE_KEY, payload)
+        assert "__cf_bm=" in answer.headers["set-cookie"]
+    assert not client.cookies
+    again = upstream.build_payload(MODELS["infyrence"], [{"role": "user", "content": "again"}])
+    async with upstream.open_stream(client, base, FAKE_KEY, again) as opened:
+        async for _ in opened.events():
+            pass
+    assert "cookie" not in fake_server.app.streams[-1].headers
+
+
 async def test_a_silent_upstream_fails_at_the_first_byte_timeout(client, fake_server):
     timeouts = Timeouts(first_byte=0.5, read=30)
     loop = asyncio.get_running_loop()
