@@ -312,3 +312,33 @@ def test_the_page_says_the_server_is_busy_while_postgresql_is_away_and_recovers(
                 assert "database unavailable for GET /api/conversations" in live.output()
         finally:
             proxy.close()
+
+
+async def test_the_connects_of_a_session_that_miss_the_cache_together_read_its_user_once(monkeypatch):
+    from types import SimpleNamespace
+
+    from channels.auth import UserLazyObject
+
+    from chat import overload
+
+    reads, reading, release = [], asyncio.Event(), asyncio.Event()
+
+    async def load_user(scope):
+        reads.append(scope["session"].session_key)
+        reading.set()
+        await release.wait()  # the read in flight while the others connect
+        return "alice"
+
+    monkeypatch.setattr(overload, "_load_user", load_user)
+    overload.users.clear()
+    middleware = overload.CachedAuthMiddleware(None)
+    scopes = [{"session": SimpleNamespace(session_key="s1"), "user": UserLazyObject()} for _ in range(20)]
+    connects = [asyncio.ensure_future(middleware.resolve_scope(scope)) for scope in scopes]
+    await reading.wait()  # by then every connect has started and missed the cache (they ran first)
+    connects[0].cancel()  # the first one's tab closes: the others still get the user
+    release.set()
+    await asyncio.gather(*connects[1:])
+    assert reads == ["s1"]
+    assert [scope["user"]._wrapped for scope in scopes[1:]] == ["alice"] * 19
+    assert overload.users.get("s1") == "alice"  # and it is cached for the next ones
+    overload.users.clear()
