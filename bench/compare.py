@@ -10,8 +10,9 @@ on the machine falls on all of them alike. Per system and path it measures:
   (the upstream stamps each piece with its send time), p50/p95/p99, and what each adds over the
   direct path at the same concurrency;
 - one-token requests a second, and the server's CPU per stream start (its process CPU clock);
-- server CPU per chunk (the run's CPU less the stream starts, and on the websocket less opening
-  and closing the socket each stream makes, over the chunks);
+- server CPU per chunk: the run's CPU less that of as many one-chunk streams at once (their
+  starts, sockets and ends, at the same concurrency), over the chunks more they delivered;
+- the server's CPU to open and close a chat websocket;
 - RSS per stream (peak RSS during the run less RSS before it, over the streams);
 - failed streams (an error or no end) and lost chunks.
 
@@ -389,11 +390,7 @@ async def one_token_rate(one, pid: int | None, requests: int, concurrency: int, 
 
 
 async def websocket_connects(stack: Stack, pid: int, count: int, concurrency: int) -> float:
-    """Server CPU in ms to open and close one chat websocket, with no answer on it.
-
-    The streams of measure() each open a socket of their own, so their CPU holds a connect
-    and a close beside the stream: cpu_per_chunk() takes it out with the start's.
-    """
+    """Server CPU in ms to open and close one chat websocket, with no answer on it (measure() opens one a stream)."""
     queue = iter(range(count))
     url = stack.url.replace("http", "ws") + "/ws/chat/"
 
@@ -439,14 +436,21 @@ def added(result: dict, floor: dict | None) -> None:
         result["added_" + key] = None if mine is None or base is None else mine - base
 
 
-def cpu_per_chunk(result: dict, start_ms: float | None, chunks: int) -> None:
-    if result["cpu_s"] is None or start_ms is None:
+def cpu_per_chunk(result: dict, baseline: dict | None, chunks: int) -> None:
+    """The run's CPU less `baseline`'s (as many one-chunk streams at once), over the chunks more.
+
+    What a stream costs besides its chunks (the start, a websocket's open and close, the final
+    save) depends on how many start together, so it is measured at the same concurrency and
+    taken out whole, not estimated from one-token answers ten at a time.
+    """
+    result["baseline_cpu_s"] = None if baseline is None else baseline["cpu_s"]
+    if result["cpu_s"] is None or result["baseline_cpu_s"] is None:
         result["cpu_us_per_chunk"] = None
         return
-    # Every stream cost a start (a refused one too); only the ones that ran streamed chunks.
-    streaming = result["cpu_s"] - result["streams"] * start_ms / 1000
     delivered = (result["streams"] - result["failed"]) * chunks - result["lost_chunks"]
-    result["cpu_us_per_chunk"] = max(0.0, streaming) / delivered * 1e6 if delivered > 0 else None
+    more = delivered - (baseline["streams"] - baseline["failed"] - baseline["lost_chunks"])
+    streaming = max(0.0, result["cpu_s"] - baseline["cpu_s"])
+    result["cpu_us_per_chunk"] = streaming / more * 1e6 if more > 0 else None
 
 
 def machine() -> str:
@@ -500,7 +504,7 @@ def print_table(report: dict) -> None:
         )
     if "websocket_connect_cpu_ms" in report:
         print(f"\nServer CPU to open and close a chat websocket: {report['websocket_connect_cpu_ms']:.2f} ms "
-              "(taken out of the websocket's CPU per chunk with the start's: each stream opens a socket)")  # fmt: skip
+              "(each websocket stream above opens one)")  # fmt: skip
 
 
 def draw(path: Path) -> Path | None:
@@ -544,18 +548,15 @@ async def run_all(stack: Stack, args) -> dict:
         connects.append(await websocket_connects(stack, pid, args.requests, args.rate_concurrency))
         print(f"websocket open and close: CPU {connects[-1]:.2f} ms", flush=True)
     report["websocket_connect_cpu_ms"] = statistics.median(connects)
-    starts = {}
     for name in found:
-        rate = median_of(rates[name])
-        report["one_token"].append({"system": name, **rate})
-        starts[name] = rate["cpu_ms_per_request"]
-    starts["ours websocket"] += report["websocket_connect_cpu_ms"]
+        report["one_token"].append({"system": name, **median_of(rates[name])})
     for streams in args.levels:
         runs: dict[str, list[dict]] = {name: [] for name in found}
         for _ in range(args.repeat):
             for name, (system_pid, one) in found.items():
+                baseline = await measure(one, system_pid, streams, 1, args.delay) if system_pid else None
                 result = await measure(one, system_pid, streams, args.chunks, args.delay)
-                cpu_per_chunk(result, starts[name], args.chunks)
+                cpu_per_chunk(result, baseline, args.chunks)
                 runs[name].append(result)
                 print(
                     f"{name:>15} {streams:>4} streams: TTFT p50 {fmt(result['ttft_p50_ms'])} ms, chunk p50/p99 "

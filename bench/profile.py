@@ -21,7 +21,7 @@ import collections
 import subprocess
 import time
 
-from compare import BENCH_VENV, RESULTS, Stack, cpu_per_chunk, measure, one_token_rate, systems, websocket_connects
+from compare import BENCH_VENV, RESULTS, Stack, cpu_per_chunk, measure, one_token_rate, systems
 
 # Leaf functions that wait rather than work.
 IDLE = ("select", "Condition.wait", "_wait_for_tstate_lock", "SimpleQueue.get", "Event.wait")
@@ -51,11 +51,9 @@ def main() -> None:
         )  # fmt: skip
         time.sleep(1)  # py-spy attaching
         if args.streams:
-            start_ms = asyncio.run(one_token_rate(one, pid, 50, 1, socket))["cpu_ms_per_request"]
-            if socket:
-                start_ms += asyncio.run(websocket_connects(stack, pid, 50, 1))
+            baseline = asyncio.run(measure(one, pid, args.streams, 1, 20))
             result = asyncio.run(measure(one, pid, args.streams, args.chunks, 20))
-            cpu_per_chunk(result, start_ms, args.chunks)
+            cpu_per_chunk(result, baseline, args.chunks)
         else:
             rate = asyncio.run(one_token_rate(one, pid, args.requests, 1, socket))
         spy.send_signal(2)
