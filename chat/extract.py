@@ -25,7 +25,7 @@ MAX_SIDE = 2048
 MAX_PIXELS = 50_000_000
 # The child process's address space: room for a 50-megapixel RGBA image and its resized copy.
 MEMORY_LIMIT = 1536 * 1024 * 1024
-CHARS_PER_TOKEN = 4  # the same rough estimate as chat/upstream.py's
+CHARS_PER_TOKEN = 4  # the same rough estimate as chat/upstream/state.py's
 
 IMAGE_TYPES = {"PNG": "image/png", "JPEG": "image/jpeg", "WEBP": "image/webp", "GIF": "image/gif"}
 # What each image is stored and sent as: GIF's first frame becomes a PNG.

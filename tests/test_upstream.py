@@ -127,8 +127,8 @@ def test_scrub_removes_keys_bearer_tokens_and_sk_secrets():
 
 def test_error_text_is_one_line_never_html_or_a_repr():
     page = "<!DOCTYPE html><html><head><title>502 Bad Gateway</title></head><body>" + "x" * 9000 + "</body></html>"
-    assert upstream._describe_error_body(page, "Bad Gateway") == ("502 Bad Gateway", None)
-    assert upstream._describe_error_body("<html><body><h1>Oops</h1></body></html>", "e")[0] == "Oops"
+    assert upstream.describe_error_body(page, "Bad Gateway") == ("502 Bad Gateway", None)
+    assert upstream.describe_error_body("<html><body><h1>Oops</h1></body></html>", "e")[0] == "Oops"
     assert upstream.describe_error({"message": {"detail": "nested"}})[0] == '{"detail":"nested"}'
     state = StreamState(started_at=0, secrets=("prov-key-0123456789",))
     state.error = {"message": "<html><title>Upstream down</title></html>"}

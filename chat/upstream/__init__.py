@@ -1,0 +1,53 @@
+"""Streaming client for OpenAI-compatible chat completion upstreams (no Django here).
+
+Three dialects are understood (README, "Providers"): i14 (reasoning in
+`delta.reasoning_content`, a usage-only chunk with `choices: []`, `x_i14_perf`),
+api14 (reasoning in `delta.reasoning`, usage with `cost` on the finish chunk,
+`:` keep-alive comments, mid-stream errors as a chunk with `error` and
+`finish_reason: "error"`) and infyrence (mid-stream errors as `data: {"error": ...}`
+followed by `[DONE]`, `X-Request-Id`).
+
+One module a concern: `client` (the process's HTTP client and the addresses it refuses),
+`requests` (a stream, a whole answer, the model list), `state` (what a stream says) and
+`errors` (an upstream's failures as sentences without secrets). Everything the rest of the
+server uses is here.
+"""
+
+from .client import (
+    DestinationGuard,
+    NoCookies,
+    close_shared_client,
+    make_client,
+    origin,
+    refused_literal,
+    shared_client,
+)
+from .errors import UpstreamError, describe_error, describe_error_body, scrub
+from .requests import Answer, Timeouts, UpstreamStream, build_payload, endpoint, list_models, open_stream, post_json
+from .state import DONE, StreamState, estimate_tokens, parse_chunk
+
+__all__ = [
+    "DONE",
+    "Answer",
+    "DestinationGuard",
+    "NoCookies",
+    "StreamState",
+    "Timeouts",
+    "UpstreamError",
+    "UpstreamStream",
+    "build_payload",
+    "close_shared_client",
+    "describe_error",
+    "describe_error_body",
+    "endpoint",
+    "estimate_tokens",
+    "list_models",
+    "make_client",
+    "open_stream",
+    "origin",
+    "parse_chunk",
+    "post_json",
+    "refused_literal",
+    "scrub",
+    "shared_client",
+]
