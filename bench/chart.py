@@ -33,8 +33,11 @@ def main(source: str, target: str) -> None:
         ax.set_title(title)
         ax.grid(True, which="both", alpha=0.3)
     axes[0].legend()
+    runs = report.get("repeat", 1)
+    medians = f", medians of {runs} runs" if runs > 1 else ""
     figure.suptitle(
-        f"{report['chunks']} chunks a stream, {report['delay_ms']} ms apart; {report['when']}; {report['machine']}",
+        f"{report['chunks']} chunks a stream, {report['delay_ms']} ms apart{medians}; {report['when']}; "
+        f"{report['machine']}",
         fontsize=9,
     )
     figure.savefig(target, dpi=90)
