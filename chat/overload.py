@@ -13,7 +13,6 @@ runs off that shared thread so a held SQLite write lock cannot delay it.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections import OrderedDict
@@ -23,6 +22,8 @@ from channels.db import database_sync_to_async
 from channels.sessions import CookieMiddleware, SessionMiddleware
 from django.conf import settings
 from django.contrib.auth.signals import user_logged_out
+
+from . import inflight
 
 log = logging.getLogger(__name__)
 
@@ -155,26 +156,16 @@ class CachedAuthMiddleware(AuthMiddleware):
         scope["user"]._wrapped = user
 
 
-# session key -> the read in flight. When the cached entry of a session with many sockets
-# expires (a person's tabs, a script's connections), they all miss it at once: one read
-# serves them, instead of one each (200 connects of one session at once: 2.4 s of CPU).
-_loading: dict[str, asyncio.Future] = {}
-
-
 async def _user_of(scope, key: str):
-    loading = _loading.get(key)
-    if loading is None or loading.get_loop() is not asyncio.get_running_loop():
-        loading = _loading[key] = asyncio.ensure_future(_load_user(scope))
+    # When the cached entry of a session with many sockets expires (a person's tabs, a script's
+    # connections), they all miss it at once: one read serves them, instead of one each (200
+    # connects of one session at once: 2.4 s of CPU).
+    async def read():
+        user = await _load_user(scope)
+        users.put(key, user)
+        return user
 
-        def done(future: asyncio.Future) -> None:
-            if _loading.get(key) is future:
-                del _loading[key]
-            if not future.cancelled() and future.exception() is None:
-                users.put(key, future.result())
-
-        loading.add_done_callback(done)
-    # Shielded: one connect going away does not cancel the read the others wait for.
-    return await asyncio.shield(loading)
+    return await inflight.shared(("session user", key), read)
 
 
 def CachedAuthMiddlewareStack(inner):

@@ -13,7 +13,7 @@ from django.db import DatabaseError, models
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from .. import db, upstream
+from .. import db, inflight, upstream
 from .access import Access
 from .base import MODEL_MAX_LENGTH, ChatError, rows_of
 
@@ -64,8 +64,6 @@ class CatalogEntry:
 
 # provider pk -> (expires at, provider.updated, model ids); per process, refreshed lazily.
 _model_cache: dict[int, tuple[float, object, list[str]]] = {}
-# (provider pk, its `updated`, event loop) -> the GET /models under way for it.
-_listing: dict[tuple, asyncio.Future] = {}
 # The SQL and parameters of the enabled providers' query (ProviderQuerySet.enabled_list).
 _enabled_sql: tuple[str, tuple] | None = None
 
@@ -291,12 +289,7 @@ class Provider(models.Model):
         if cached and cached[0] > time.monotonic() and cached[1] == self.updated:
             return cached[2]
         # Requests that find the cache empty at once share one GET /models (not one each).
-        key = (self.pk, self.updated, asyncio.get_running_loop())
-        listing = _listing.get(key)
-        if listing is None:
-            listing = _listing[key] = asyncio.ensure_future(self._list_model_ids())
-            listing.add_done_callback(lambda _: _listing.pop(key, None))
-        return list(await asyncio.shield(listing))
+        return list(await inflight.shared(("models", self.pk, self.updated), self._list_model_ids))
 
     async def _list_model_ids(self) -> list[str]:
         ttl = settings.UPSTREAM_MODELS_CACHE_SECONDS
