@@ -190,6 +190,18 @@ def test_an_open_paragraph_and_an_open_code_block_grow_without_being_rendered_ag
 LONG = "[[chunks:20000]] [[delay:5]]"
 
 
+# Resolves with the last reply's status once it has ended and its final render is in (not aria-busy):
+# woken by the page's own attribute changes, polling nothing.
+SETTLED = """() => new Promise((resolve) => {
+    const reply = [...document.querySelectorAll("article.message.assistant")].at(-1);
+    const settled = () => !["pending", "streaming"].includes(reply.dataset.status)
+        && !reply.querySelector(".answer[aria-busy]");
+    const observer = new MutationObserver(() => settled() && (observer.disconnect(), resolve(reply.dataset.status)));
+    observer.observe(reply, { subtree: true, attributeFilter: ["data-status", "aria-busy"] });
+    if (settled()) (observer.disconnect(), resolve(reply.dataset.status));
+})"""
+
+
 def stream_and_measure(page, shape: str) -> dict:
     """Stream 20,000 tokens of one `shape` and return the page's long tasks meanwhile."""
     page.get_by_role("button", name="Settings").click()
@@ -197,9 +209,11 @@ def stream_and_measure(page, shape: str) -> dict:
     page.evaluate("() => { window.__tasks = []; window.__ended = []; }")
     started = time.monotonic()
     reply = send(page, f"[[shape:{shape}]] {LONG}")
-    wait_done(reply, timeout=400_000)
+    # Not wait_done: Playwright's polling runs its selector engine on the main thread, a walk of the
+    # whole page (180 ms a poll at the end of this answer), in tasks the page may be charged with.
+    assert page.evaluate(SETTLED) == "complete"
     seconds = time.monotonic() - started
-    # wait_done waited for the final render (it may come in slices after the end): let its frame be drawn.
+    # SETTLED waited for the final render (it may come in slices after the end): let its frame be drawn.
     tasks = page.evaluate(
         """() => new Promise((resolve) => requestAnimationFrame(() => requestAnimationFrame(() => setTimeout(() => {
             for (const task of window.__longTasks.takeRecords()) window.__tasks.push([task.startTime, task.duration]);
