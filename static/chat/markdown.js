@@ -48,11 +48,89 @@ function codeHead(language, labels) {
   );
 }
 
+// --- long blocks in parts ----------------------------------------------------------------------
+// A long code block or paragraph is cut into parts (display: block), so that the page can put it in
+// a few parts a frame (render-slices.js putInPlace) instead of laying all of it out at once. A cut in
+// code falls between lines, one in a paragraph after a sentence: it starts a new line, as it did
+// while the paragraph streamed (render.js OpenParagraph), so only very long paragraphs are cut.
+export const PART = "block-part";
+const PART_LINES = 100;
+const PART_CHARS = 2000;
+const LONG_PARAGRAPH = 16000;
+const TOKEN = /<(\/?)([a-zA-Z][a-zA-Z0-9-]*)\b[^>]*>|[^<]+/g;
+// The elements without an end tag, of those marked and our renderers write.
+export const VOID = new Set(["area", "br", "col", "embed", "hr", "img", "input", "source", "track", "wbr"]);
+const SENTENCE_END = /[.!?:;] /g;
+
+/**
+ * `html` (tags and escaped text) wrapped in parts, cut where `nextCut(text, depth)` says in a text:
+ * the tags open at a cut are closed before it and written again after. Unchanged if never cut.
+ */
+function inParts(html, nextCut) {
+  const open = []; // [name, tag] of the tags open here
+  const opener = `<span class="${PART}">`;
+  let out = opener;
+  let cuts = 0;
+  for (const [token, closing, name] of html.matchAll(TOKEN)) {
+    if (name) {
+      if (closing) open.pop();
+      else if (!VOID.has(name.toLowerCase()) && !token.endsWith("/>")) open.push([name, token]);
+      out += token;
+      continue;
+    }
+    let text = token;
+    for (let at = nextCut(text, open.length); at !== -1; at = nextCut(text, open.length)) {
+      const closed = open.map(([tag]) => `</${tag}>`).reverse().join("");
+      out += `${text.slice(0, at)}${closed}</span>${opener}${open.map(([, tag]) => tag).join("")}`;
+      text = text.slice(at);
+      cuts += 1;
+    }
+    out += text;
+  }
+  if (!cuts) return html;
+  return out.endsWith(opener) ? out.slice(0, -opener.length) : `${out}</span>`;
+}
+
+/** Cuts code after every PART_LINES lines. */
+function everyLines() {
+  let lines = 0;
+  return (text) => {
+    for (let at = text.indexOf("\n"); at !== -1; at = text.indexOf("\n", at + 1)) {
+      lines += 1;
+      if (lines === PART_LINES) {
+        lines = 0;
+        return at + 1;
+      }
+    }
+    return -1;
+  };
+}
+
+/** Cuts a paragraph's text outside any inline markup, after a sentence once PART_CHARS long (at a space past twice that). */
+function afterSentences() {
+  let length = 0; // of the text since the last cut
+  return (text, depth) => {
+    if (!depth) {
+      SENTENCE_END.lastIndex = Math.max(0, PART_CHARS - length);
+      const sentence = SENTENCE_END.exec(text);
+      let at = sentence ? sentence.index + 2 : -1;
+      const space = text.indexOf(" ", Math.max(0, 2 * PART_CHARS - length));
+      if (space !== -1 && (at === -1 || space + 1 < at)) at = space + 1;
+      if (at !== -1) {
+        length = 0;
+        return at;
+      }
+    }
+    length += text.length;
+    return -1;
+  };
+}
+
 /** A fenced code block's HTML: its language, its buttons and its code. */
 export function codeBlockHtml({ text, lang }) {
   const language = languageOf(lang);
   const known = options.highlight && knownLanguage(language);
-  const body = known ? highlightHtml(text, language) : escapeHtml(text);
+  const body = inParts(known ? highlightHtml(text, language) : escapeHtml(text), everyLines());
   return (
     `<div class="code-block" data-lang="${escapeHtml(language)}">${codeHead(language, options.labels)}` +
     `<pre tabindex="0"><code class="hljs${known ? ` language-${escapeHtml(language)}` : ""}">${body}</code></pre></div>`
@@ -64,6 +142,10 @@ const marked = new Marked({
   breaks: false,
   renderer: {
     code: codeBlockHtml,
+    paragraph({ tokens, text }) {
+      if (text.length <= LONG_PARAGRAPH) return false; // marked's own
+      return `<p>${inParts(this.parser.parseInline(tokens), afterSentences())}</p>\n`;
+    },
     // Raw HTML from a model is shown as text, never interpreted.
     html({ text, block }) {
       return block ? `<p class="raw-html">${escapeHtml(text.replace(/\n+$/, ""))}</p>` : escapeHtml(text);

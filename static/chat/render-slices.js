@@ -2,21 +2,20 @@
 // code highlighted in a worker (markdown-worker.js, the page's own code), then the HTML is sanitized
 // and built into DOM in pieces, and its math drawn one formula at a time, yielding to the page every
 // SLICE_MS. The result is the very DOM a whole render (render.js renderMarkdown) gives.
-import { toHtml } from "./markdown.js";
+import { PART, VOID, toHtml } from "./markdown.js";
 import { MATH_PENDING, typesetNode } from "./math.js";
 import { sanitize } from "./sanitize.js";
 
 const SLICE_MS = 8; // work at most about this long before the page may paint or handle input
 export const PIECE = 8000; // characters of HTML sanitized at once (about a millisecond's work)
 // Blocks of about this many characters of text are put in the page in one frame at first, then
-// more (never fewer) while a frame takes under FRAME_MS (one block, however long, is laid out at once:
-// about 50 ms for 80 kB on a quiet 2-core machine).
+// more (never fewer) while a frame takes under FRAME_MS. A long block comes in parts (markdown.js):
+// laid out at once, 80 kB of one took about 50 ms on a quiet 2-core machine, over 100 on a busy one.
 const GROUP = 16000;
 const FRAME_MS = 40;
 
 // Every tag marked and our renderers write; text has each "<" escaped, so a "<" always opens a tag.
 const TAG = /<(\/?)([a-zA-Z][a-zA-Z0-9-]*)\b[^>]*>/g;
-const VOID = new Set(["area", "br", "col", "embed", "hr", "img", "input", "source", "track", "wbr"]);
 
 /** The HTML cannot be cut as expected (a parser fix-up): it is rendered whole instead. */
 class Uncuttable extends Error {}
@@ -231,15 +230,16 @@ function nextFrame() {
 }
 
 /**
- * Puts a rendered fragment in the page in place of `shown`, its blocks in groups of about `group`
- * characters to start with, one group a frame, so that the browser lays out one group at a time.
+ * Puts a rendered fragment in the page in place of `shown`, its blocks (and a long block's parts) in
+ * groups of about `group` characters to start with, one group a frame, so that the browser lays out
+ * one group at a time.
  */
 export async function putInPlace(fragment, shown, { cancelled = () => false, group: least = GROUP } = {}) {
   let most = least;
   let group = document.createDocumentFragment();
   let size = 0;
   let first = true;
-  for (const node of [...fragment.childNodes]) {
+  for (const [holder, node] of piecesOf(fragment)) {
     const length = node.textContent.length;
     if (size && size + length > most) {
       if (first) shown.replaceChildren(); // the streamed blocks go as the final ones come
@@ -254,8 +254,22 @@ export async function putInPlace(fragment, shown, { cancelled = () => false, gro
       group = document.createDocumentFragment();
       size = 0;
     }
-    group.append(node);
+    (holder || group).append(node); // a part joins its block, in the group or already in the page
     size += length;
   }
   shown.replaceWith(group);
+}
+
+const IN_PARTS = `:scope > .${PART}, :scope > pre > code > .${PART}`; // a long paragraph's, a code block's
+
+/** A fragment's blocks as [null, block]; a block in parts (markdown.js) empty, then [its holder, part] for each. */
+function* piecesOf(fragment) {
+  for (const node of [...fragment.childNodes]) {
+    const part = node.nodeType === Node.ELEMENT_NODE && node.querySelector(IN_PARTS);
+    const holder = part ? part.parentNode : null;
+    const parts = holder ? [...holder.childNodes] : [];
+    holder?.replaceChildren();
+    yield [null, node];
+    for (const each of parts) yield [holder, each];
+  }
 }
