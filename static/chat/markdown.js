@@ -53,14 +53,22 @@ function codeHead(language, labels) {
 // a few parts a frame (render-slices.js putInPlace) instead of laying all of it out at once. A cut in
 // code falls between lines, one in a paragraph after a sentence: it starts a new line, as it did
 // while the paragraph streamed (render.js OpenParagraph), so only very long paragraphs are cut.
-export const PART = "block-part";
-const PART_LINES = 100;
-const PART_CHARS = 2000;
+// The sizes are those of a block's parts while it streams (render.js), so that it is cut alike.
+export const PART_CLASS = "block-part";
+export const PART_LINES = 100;
+export const PART_CHARS = 2000;
 const LONG_PARAGRAPH = 16000;
-const TOKEN = /<(\/?)([a-zA-Z][a-zA-Z0-9-]*)\b[^>]*>|[^<]+/g;
-// The elements without an end tag, of those marked and our renderers write.
-export const VOID = new Set(["area", "br", "col", "embed", "hr", "img", "input", "source", "track", "wbr"]);
 const SENTENCE_END = /[.!?:;] /g;
+
+// Every tag marked and our renderers write; text has each "<" escaped, so a "<" always opens a tag.
+export const TAG = /<(\/?)([a-zA-Z][a-zA-Z0-9-]*)\b[^>]*>/g;
+const TOKEN = new RegExp(`${TAG.source}|[^<]+`, "g"); // a tag, or the text up to the next one
+const VOID = new Set(["area", "br", "col", "embed", "hr", "img", "input", "source", "track", "wbr"]);
+
+/** Whether `tag`, named `name`, opens an element that a closing tag ends (not a void or self-closed one). */
+export function opensElement(tag, name) {
+  return !VOID.has(name.toLowerCase()) && !tag.endsWith("/>");
+}
 
 /**
  * `html` (tags and escaped text) wrapped in parts, cut where `nextCut(text, depth)` says in a text:
@@ -68,13 +76,13 @@ const SENTENCE_END = /[.!?:;] /g;
  */
 function inParts(html, nextCut) {
   const open = []; // [name, tag] of the tags open here
-  const opener = `<span class="${PART}">`;
+  const opener = `<span class="${PART_CLASS}">`;
   let out = opener;
   let cuts = 0;
   for (const [token, closing, name] of html.matchAll(TOKEN)) {
     if (name) {
       if (closing) open.pop();
-      else if (!VOID.has(name.toLowerCase()) && !token.endsWith("/>")) open.push([name, token]);
+      else if (opensElement(token, name)) open.push([name, token]);
       out += token;
       continue;
     }
@@ -106,7 +114,7 @@ function everyLines() {
   };
 }
 
-/** Cuts a paragraph's text outside any inline markup, after a sentence once PART_CHARS long (at a space past twice that). */
+/** Cuts a paragraph's text outside inline markup: after a sentence once PART_CHARS long, at a space past twice that. */
 function afterSentences() {
   let length = 0; // of the text since the last cut
   return (text, depth) => {

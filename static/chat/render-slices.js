@@ -2,7 +2,7 @@
 // code highlighted in a worker (markdown-worker.js, the page's own code), then the HTML is sanitized
 // and built into DOM in pieces, and its math drawn one formula at a time, yielding to the page every
 // SLICE_MS. The result is the very DOM a whole render (render.js renderMarkdown) gives.
-import { PART, VOID, toHtml } from "./markdown.js";
+import { PART_CLASS, TAG, opensElement, toHtml } from "./markdown.js";
 import { MATH_PENDING, typesetNode } from "./math.js";
 import { sanitize } from "./sanitize.js";
 
@@ -13,9 +13,6 @@ export const PIECE = 8000; // characters of HTML sanitized at once (about a mill
 // laid out at once, 80 kB of one took about 50 ms on a quiet 2-core machine, over 100 on a busy one.
 const GROUP = 16000;
 const FRAME_MS = 40;
-
-// Every tag marked and our renderers write; text has each "<" escaped, so a "<" always opens a tag.
-const TAG = /<(\/?)([a-zA-Z][a-zA-Z0-9-]*)\b[^>]*>/g;
 
 /** The HTML cannot be cut as expected (a parser fix-up): it is rendered whole instead. */
 class Uncuttable extends Error {}
@@ -138,7 +135,7 @@ class PiecewiseSanitizer {
       if (match[1]) {
         if (this.open.at(-1)?.name !== name) throw new Uncuttable(`</${name}>`);
         this.open.pop();
-      } else if (!VOID.has(name) && !match[0].endsWith("/>")) {
+      } else if (opensElement(match[0], name)) {
         this.open.push({ name, tag: match[0] });
       }
     }
@@ -260,7 +257,8 @@ export async function putInPlace(fragment, shown, { cancelled = () => false, gro
   shown.replaceWith(group);
 }
 
-const IN_PARTS = `:scope > .${PART}, :scope > pre > code > .${PART}`; // a long paragraph's, a code block's
+// The parts of a long paragraph, or of a long code block's code.
+const IN_PARTS = `:scope > .${PART_CLASS}, :scope > pre > code > .${PART_CLASS}`;
 
 /** A fragment's blocks as [null, block]; a block in parts (markdown.js) empty, then [its holder, part] for each. */
 function* piecesOf(fragment) {

@@ -10,6 +10,8 @@ import {
   inlineHtml,
   knownLanguage,
   languageOf,
+  PART_CHARS,
+  PART_LINES,
   toHtml,
 } from "./markdown.js";
 import { typesetMath } from "./math.js";
@@ -30,13 +32,11 @@ const REFERENCE_RE = /^ {0,3}\[[^\]]+\]:/m;
 // setext underline, HTML, math, indented code): an open paragraph with one is rendered whole.
 const NOT_PLAIN_RE = /^(?:\s*$| {0,3}(?:[#>*+\-=_|`~<]|\d{1,9}[.)]|\$\$|\\\[)| {4}|\t)/;
 // An open paragraph is rendered in segments of about this many characters, each once, and laid out
-// in parts of about PART characters; an open code block in parts of PART_LINES lines.
+// in parts of about PART_CHARS characters; an open code block in parts of PART_LINES lines (markdown.js).
 const SEGMENT = 240;
 // At most one paint every this many ms (20 a second): a token or three a frame at a model's pace is
 // not worth a frame's work each, least of all on a busy machine.
 const PAINT_INTERVAL = 50;
-const PART = 2000;
-const PART_LINES = 100;
 
 // Finished blocks longer than this (in characters of markdown) are rendered in slices, off the
 // main thread where they can be: a whole render of 80 kB took over 100 ms at once.
@@ -140,7 +140,7 @@ function balanced(piece) {
 /**
  * One open top-level paragraph: finished segments are rendered once, the last one at each frame.
  * The browser lays a paragraph's lines out again whenever it grows, so while it is open it is kept
- * in parts of about PART characters (display: block, cut after a sentence when one comes soon):
+ * in parts of about PART_CHARS characters (display: block, cut after a sentence when one comes soon):
  * only the last is laid out again. The closed paragraph is one <p> like any other.
  */
 class OpenParagraph {
@@ -192,7 +192,9 @@ class OpenParagraph {
       this.live.before(inline(piece));
       this.done = end;
       this.partLength += piece.length;
-      if (this.partLength > 2 * PART || (this.partLength > PART && /[.!?:;] $/.test(piece))) this.newPart();
+      if (this.partLength > 2 * PART_CHARS || (this.partLength > PART_CHARS && /[.!?:;] $/.test(piece))) {
+        this.newPart();
+      }
     }
     this.live.replaceChildren(inline(source.slice(this.done)));
   }
