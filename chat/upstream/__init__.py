@@ -15,7 +15,6 @@ server uses is here.
 
 from .client import (
     DestinationGuard,
-    NoCookies,
     close_shared_client,
     make_client,
     origin,
@@ -23,14 +22,13 @@ from .client import (
     shared_client,
 )
 from .errors import UpstreamError, describe_error, describe_error_body, scrub
-from .requests import Answer, Timeouts, UpstreamStream, build_payload, endpoint, list_models, open_stream, post_json
+from .requests import Answer, Timeouts, UpstreamStream, build_payload, list_models, open_stream, post_json
 from .state import DONE, StreamState, estimate_tokens, parse_chunk
 
 __all__ = [
     "DONE",
     "Answer",
     "DestinationGuard",
-    "NoCookies",
     "StreamState",
     "Timeouts",
     "UpstreamError",
@@ -39,7 +37,6 @@ __all__ = [
     "close_shared_client",
     "describe_error",
     "describe_error_body",
-    "endpoint",
     "estimate_tokens",
     "list_models",
     "make_client",
