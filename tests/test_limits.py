@@ -272,3 +272,34 @@ def test_a_streaming_row_older_than_the_deadline_holds_no_place(alice, providers
     with pytest.raises(LimitExceeded) as caught, transaction.atomic():
         enforce(alice, source="api", token=token)
     assert caught.value.code == "too_many_streams"
+
+
+def test_a_start_counts_only_running_rows_and_the_last_minute(alice, providers, settings):
+    """The count reads the partial index of `streaming` rows, not every row of the half hour a stream may run.
+
+    One count over the whole half hour read every row the person started in it: a script at
+    10 requests a second had each start count 18,000 rows, in the write transaction.
+    """
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    token = ApiToken.issue(alice, "t")[0]
+    Usage.objects.create(user=alice, token=token, source="api", model="m", status="streaming")
+    settings.RATE_LIMIT_PER_MINUTE = settings.API_TOKEN_RATE_LIMIT_PER_MINUTE = 0
+    with CaptureQueriesContext(connection) as off, transaction.atomic():
+        enforce(alice, source="api", token=token)
+    settings.RATE_LIMIT_PER_MINUTE = 60
+    with CaptureQueriesContext(connection) as on, transaction.atomic():
+        enforce(alice, source="api", token=token)
+
+    def plan(captured) -> str:
+        (sql,) = [q["sql"] for q in captured.captured_queries if "chat_usage" in q["sql"]]
+        with connection.cursor() as cursor:
+            cursor.execute(f"EXPLAIN QUERY PLAN {sql}")
+            return "\n".join(row[-1] for row in cursor.fetchall())
+
+    assert connection.vendor == "sqlite"  # the suite's database; test_scaleout covers PostgreSQL's behaviour
+    assert "USING INDEX usage_streaming (user_id=? AND started>?)" in plan(off)
+    assert plan(off).count("chat_usage") == 1  # no rate range read while no rate cap is set
+    assert "USING INDEX usage_streaming" in plan(on)
+    assert "USING INDEX chat_usage_user_id_600413_idx (user_id=? AND started>?)" in plan(on)

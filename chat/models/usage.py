@@ -98,6 +98,9 @@ class Usage(models.Model):
         # makes them.
         indexes = [
             models.Index(fields=["user", "started"]),
+            # A person's running streams, which every start counts (chat/limits.py): only the
+            # rows still `streaming`, a handful, whatever the table holds.
+            models.Index(fields=["user", "started"], condition=models.Q(status="streaming"), name="usage_streaming"),
             models.Index(fields=COVERING, name="usage_dashboard_covering"),
         ]
 
