@@ -15,7 +15,7 @@ import asyncio
 import math
 import weakref
 from contextlib import asynccontextmanager
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -23,7 +23,7 @@ from django.db import connection
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from . import upstream
+from . import budgets, upstream
 from .models.base import ChatError, Status
 from .models.providers import Provider
 from .models.usage import Usage
@@ -43,23 +43,28 @@ class LimitExceeded(ChatError):
 def enforce(user, *, source: str, token=None) -> None:
     """Refuse a new stream over the caps; call inside the transaction that creates its usage row."""
     now = timezone.now()
-    since = now - WINDOW
+    user_rate = settings.RATE_LIMIT_PER_MINUTE
+    token_rate = settings.API_TOKEN_RATE_LIMIT_PER_MINUTE if token is not None else 0
     # No stream outlives UPSTREAM_DEADLINE: an older row still `streaming` was left by a dead
-    # process and must not hold a place until something sweeps it.
-    alive_since = now - timedelta(seconds=settings.UPSTREAM_DEADLINE + 60)
-    mine, by_token, mine_recent, token_recent = _counts(user.pk, source, token.pk if token is not None else None,
-                                                        since, alive_since)  # fmt: skip
+    # process and must not hold a place until something sweeps it (nor a budget's reservation).
+    mine, by_token, mine_recent, token_recent = _counts(
+        user.pk, source, token.pk if token is not None else None,
+        alive_since=budgets.alive_since(now), since=now - WINDOW if user_rate or token_rate else None,
+    )  # fmt: skip
     cap = settings.CHAT_MAX_STREAMS if source == Usage.Source.CHAT else settings.API_MAX_STREAMS
     _cap_streams(mine, cap, "you have")
     if token is not None:
         _cap_streams(by_token, settings.API_TOKEN_MAX_STREAMS, "this token has")
-    _cap_rate(mine_recent, {"user": user}, settings.RATE_LIMIT_PER_MINUTE, "you", now)
+    _cap_rate(mine_recent, {"user": user}, user_rate, "you", now)
     if token is not None:
-        _cap_rate(token_recent, {"token": token}, settings.API_TOKEN_RATE_LIMIT_PER_MINUTE, "this token", now)
+        _cap_rate(token_recent, {"token": token}, token_rate, "this token", now)
 
 
-def _counts(user_id: int, source: str, token_id: int | None, since, alive_since) -> tuple[int, int, int, int]:
-    """Streams running (the person's of this source, the token's) and started in the window, in plain SQL.
+def _counts(user_id: int, source: str, token_id: int | None, *, alive_since: datetime,
+            since: datetime | None) -> tuple[int, int, int, int]:  # fmt: skip
+    """Streams running (the person's of this source, the token's) and started since `since`, in plain SQL.
+
+    With `since` None (no rate cap is set) the starts are not counted: they are 0.
 
     It runs on every stream start, where compiling the ORM's filtered counts cost more than
     the query. One statement, after the person's row is locked where the database can
@@ -85,14 +90,14 @@ def _counts(user_id: int, source: str, token_id: int | None, since, alive_since)
     # count over the whole half hour a stream may run read every row the person had started
     # in it: a script making 10 requests a second had each start count 18,000 rows. The
     # status is written in the SQL, not bound, so that SQLite's planner sees the index's
-    # condition in the query. A rate count no cap asks for is not made.
+    # condition in the query.
     running = (
         "SELECT COUNT(CASE WHEN source = %s THEN 1 END), COUNT(CASE WHEN token_id = %s THEN 1 END) "
         f"FROM {table} WHERE user_id = %s AND status = '{Status.STREAMING.value}' AND started > %s"
     )
     params = [source, token_id, user_id, ops.adapt_datetimefield_value(alive_since)]
     recent = "SELECT 0, 0"
-    if settings.RATE_LIMIT_PER_MINUTE or (token_id is not None and settings.API_TOKEN_RATE_LIMIT_PER_MINUTE):
+    if since is not None:
         recent = (
             "SELECT COUNT(*), COUNT(CASE WHEN token_id = %s THEN 1 END) "
             f"FROM {table} WHERE user_id = %s AND started > %s"
