@@ -24,7 +24,9 @@ from django.db.models import Q, Sum
 from django.utils import dateformat, timezone
 from django.utils.translation import gettext as _
 
+from . import rollup
 from .models.base import columns_of, rows_of, update_row
+from .models.rollups import PersonMonth, TokenMonth
 from .models.usage import Usage
 
 MILLION = Decimal(1_000_000)
@@ -347,7 +349,9 @@ def reserve(user, *, token=None, provider_id: int | None, model: str, prompt_tok
         used, price = _month_and_price("user_id", user.pk, since, now, price_of)
         _check(limit, used, "Your", now)
     if own is not None and own.limited:
-        used, token_price = _month_and_price("token_id", token.pk, since, now, None if limit.limited else price_of)
+        used, token_price = _month_and_price(
+            "token_id", token.pk, since, now, None if limit.limited else price_of, user_id=user.pk
+        )
         price = price or token_price
         _check(own, used, "This API token's", now)
     usd = price.worst_case(prompt_tokens, max_tokens) if price is not None else None
@@ -360,37 +364,81 @@ def spent_by(column: str, value: int, since: datetime, now: datetime) -> Spent:
 
 
 def _month_and_price(column: str, value: int, since: datetime, now: datetime,
-                     price_of: tuple[int | None, str] | None) -> tuple[Spent, Price | None]:  # fmt: skip
+                     price_of: tuple[int | None, str] | None, user_id: int | None = None,
+                     ) -> tuple[Spent, Price | None]:  # fmt: skip
     """What a user or token spent since a moment, and the price in force for (provider, model) if asked.
 
     Plain SQL: it runs on every stream start, where the ORM's compiling of four filtered
-    sums costs more than the query itself.
+    sums costs more than the query itself. A calendar month is read from the user's or the
+    token's monthly summary (kept equal to the rows by chat/rollup.py's triggers) and the
+    user's running rows (`user_id`: a token's owner), so a start costs the same with 25,000
+    rows in the month as with none; while the summaries count days in another zone, and for
+    any other span, it is summed from the rows.
     """
     ops = connection.ops
+    prices, price_params = _price_columns(now, price_of)
+    if since == month_start(now):
+        current, current_params = rollup.current_sql(connection.vendor)
+        summary = PersonMonth if column == "user_id" else TokenMonth
+        months, rows = ops.quote_name(summary._meta.db_table), ops.quote_name(Usage._meta.db_table)
+        # The running rows: the user's, through the index of running rows (chat/limits.py's too).
+        owner = [("user_id", user_id)] if column == "token_id" and user_id is not None else []
+        running = [*owner, (column, value)]
+        sql = (
+            f"SELECT s.cost, s.tokens, r.usd, r.tokens, {current}{prices} FROM "
+            f"(SELECT SUM(budget_cost) AS cost, SUM(budget_tokens) AS tokens FROM {months} "
+            f"WHERE {column} = %s AND day = %s) s CROSS JOIN "
+            f"(SELECT SUM(reserved_usd) AS usd, SUM(reserved_tokens) AS tokens FROM {rows} "
+            f"WHERE {' AND '.join(f'{name} = %s' for name, _ in running)} "
+            # The status written in, not bound: so the planners use the index of running rows.
+            "AND status = 'streaming' AND started > %s AND started >= %s) r"
+        )
+        month = ops.adapt_datefield_value(timezone.localdate(since))
+        alive, start = ops.adapt_datetimefield_value(alive_since(now)), ops.adapt_datetimefield_value(since)
+        params = [*current_params, *price_params, value, month, *(v for _, v in running), alive, start]
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            settled_usd, settled_tokens, reserved_usd, reserved_tokens, summed, *price_row = cursor.fetchone()
+        if summed:
+            return _spent(settled_usd, settled_tokens, reserved_usd, reserved_tokens), _price(price_row)
     alive = ops.adapt_datetimefield_value(alive_since(now))
     sql = (
         "SELECT SUM(CASE WHEN status <> %s THEN cost END), SUM(CASE WHEN status <> %s THEN total_tokens END), "
         "SUM(CASE WHEN status = %s AND started > %s THEN reserved_usd END), "
-        "SUM(CASE WHEN status = %s AND started > %s THEN reserved_tokens END)"
+        f"SUM(CASE WHEN status = %s AND started > %s THEN reserved_tokens END){prices} "
+        f"FROM {ops.quote_name(Usage._meta.db_table)} WHERE {column} = %s AND started >= %s"
     )
-    params: list[Any] = ["streaming", "streaming", "streaming", alive, "streaming", alive]
-    if price_of is not None:
-        table = ops.quote_name(Price._meta.db_table)
-        for column_name in ("prompt", "completion", "reasoning"):
-            sql += ", " + PRICE_SUBQUERY.format(column=column_name, table=table)
-            params += [price_of[1], ops.adapt_datetimefield_value(now), price_of[0]]
-    sql += f" FROM {ops.quote_name(Usage._meta.db_table)} WHERE {column} = %s AND started >= %s"
-    params += [value, ops.adapt_datetimefield_value(since)]
+    params = ["streaming", "streaming", "streaming", alive, "streaming", alive, *price_params, value,
+              ops.adapt_datetimefield_value(since)]  # fmt: skip
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-        settled_usd, settled_tokens, reserved_usd, reserved_tokens, *prices = cursor.fetchone()
-    used = Spent(usd=_decimal(settled_usd) + _decimal(reserved_usd),
+        settled_usd, settled_tokens, reserved_usd, reserved_tokens, *price_row = cursor.fetchone()
+    return _spent(settled_usd, settled_tokens, reserved_usd, reserved_tokens), _price(price_row)
+
+
+def _price_columns(now: datetime, price_of: tuple[int | None, str] | None) -> tuple[str, list[Any]]:
+    """The price columns to add to a SELECT (none unless asked) and their parameters."""
+    if price_of is None:
+        return "", []
+    ops = connection.ops
+    table = ops.quote_name(Price._meta.db_table)
+    sql, params = "", []
+    for column_name in ("prompt", "completion", "reasoning"):
+        sql += ", " + PRICE_SUBQUERY.format(column=column_name, table=table)
+        params += [price_of[1], ops.adapt_datetimefield_value(now), price_of[0]]
+    return sql, params
+
+
+def _spent(settled_usd, settled_tokens, reserved_usd, reserved_tokens) -> Spent:
+    return Spent(usd=_decimal(settled_usd) + _decimal(reserved_usd),
                  tokens=int(settled_tokens or 0) + int(reserved_tokens or 0))  # fmt: skip
-    price = None
-    if prices and prices[0] is not None:
-        prompt, completion, reasoning = (None if v is None else _decimal(v, PRICE_PLACES) for v in prices)
-        price = Price(prompt=prompt, completion=completion, reasoning=reasoning)
-    return used, price
+
+
+def _price(row: list) -> Price | None:
+    if not row or row[0] is None:
+        return None
+    prompt, completion, reasoning = (None if v is None else _decimal(v, PRICE_PLACES) for v in row)
+    return Price(prompt=prompt, completion=completion, reasoning=reasoning)
 
 
 def _decimal(value, places: Decimal = CENT_FRACTIONS) -> Decimal:
@@ -461,10 +509,10 @@ def refuse(user, *, source: str, token=None, provider_id: int | None, model: str
 
 
 def summary(user, now: datetime | None = None) -> dict[str, Any]:
-    """A person's month so far, for the page's sidebar and `manage.py budget`."""
+    """A person's month so far, for the page's sidebar (read after every answer) and `manage.py budget`."""
     now = now or timezone.now()
     limit = budget_for(user)
-    used = spent(Usage.objects.filter(user=user), month_start(now))
+    used = spent_by("user_id", user.pk, month_start(now), now)
 
     def share(used_amount, limit_amount) -> float | None:
         if limit_amount is None:

@@ -3,7 +3,7 @@
 Triggers rather than code at each write: usage rows are created, settled, swept by the orphan
 sweep, priced later and deleted with their user from several places, and bulk_create() and
 QuerySet.update() send no signals. A trigger sees every one of them, in the same transaction,
-at the cost of three small upserts for a new row and three updates and three upserts for a
+at the cost of four small upserts for a new row and four updates and four upserts for a
 changed one (a stream writes its row twice: at its start and at its end; never per token). The
 same statements serve SQLite and PostgreSQL; only the calendar day of `started` is written per
 database.
@@ -59,6 +59,23 @@ def _model_sums(row: str) -> dict[str, str]:
     }
 
 
+def _budget_sums(row: str) -> dict[str, str]:
+    # What a monthly budget counts (chat.budgets.spent): the finished rows' cost and total tokens.
+    finished = f"{row}status <> 'streaming'"
+    return {
+        "budget_cost": f"CASE WHEN {finished} THEN COALESCE({row}cost, 0) ELSE 0 END",
+        "budget_tokens": f"CASE WHEN {finished} THEN COALESCE({row}total_tokens, 0) ELSE 0 END",
+    }
+
+
+def _person_month_sums(row: str) -> dict[str, str]:
+    return {**_sums(row), **_budget_sums(row)}
+
+
+def _token_month_sums(row: str) -> dict[str, str]:
+    return {"requests": "1", **_budget_sums(row)}
+
+
 def _by_model(row: str) -> dict[str, str]:
     return {"model": f"{row}model", "source": f"{row}source"}
 
@@ -67,15 +84,21 @@ def _by_person(row: str) -> dict[str, str]:
     return {"user_id": f"{row}user_id", "source": f"{row}source"}
 
 
+def _by_token(row: str) -> dict[str, str]:
+    return {"token_id": f"{row}token_id"}
+
+
 # Each summary: its table, whether its `day` is the first of a month, its key besides the day, its sums.
+# A row with an empty key (no API token) is in no summary of that key.
 SUMMARIES = [
     ("chat_usageday", False, _by_model, _model_sums),
     ("chat_personday", False, _by_person, _sums),
-    ("chat_personmonth", True, _by_person, _sums),
+    ("chat_personmonth", True, _by_person, _person_month_sums),
+    ("chat_tokenmonth", True, _by_token, _token_month_sums),
 ]
 # An update of any other column (the error text, the upstream's ids, ...) leaves the sums alone.
-WATCHED = ["started", "user_id", "model", "source", "status", "prompt_tokens", "completion_tokens"]
-WATCHED += ["reasoning_tokens", "cost", "ttft_ms", "tokens_per_second"]
+WATCHED = ["started", "user_id", "token_id", "model", "source", "status", "prompt_tokens", "completion_tokens"]
+WATCHED += ["reasoning_tokens", "total_tokens", "cost", "ttft_ms", "tokens_per_second"]
 
 
 def zone() -> str:
@@ -84,6 +107,11 @@ def zone() -> str:
     if not re.fullmatch(r"[A-Za-z0-9_+\-/]+", settings.TIME_ZONE):
         raise ValueError(f"unexpected TIME_ZONE {settings.TIME_ZONE!r}")
     return settings.TIME_ZONE
+
+
+def zone_mark() -> str:
+    """The comment in the triggers' text that says which TIME_ZONE their days are in."""
+    return f"/* TIME_ZONE={zone()} */"
 
 
 def day_of(row: str, vendor: str, monthly: bool = False) -> str:
@@ -96,23 +124,29 @@ def day_of(row: str, vendor: str, monthly: bool = False) -> str:
     return f"date({row}started{modifiers})"
 
 
-def add(row: str, vendor: str) -> list[str]:
+def add(row: str, vendor: str, summaries=SUMMARIES) -> list[str]:
     """Upserts adding a row's figures to each summary."""
     statements = []
-    for table, monthly, key, sums in SUMMARIES:
+    for table, monthly, key, sums in summaries:
         columns = {"day": day_of(row, vendor, monthly), **key(row), **sums(row)}
         updates = ", ".join(f"{name} = {table}.{name} + excluded.{name}" for name in sums(row))
+        # INSERT ... SELECT ... WHERE: the WHERE also keeps SQLite's parser from reading ON CONFLICT as a join's ON.
         statements.append(
-            f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join(columns.values())}) "
-            f"ON CONFLICT (day, {', '.join(key(row))}) DO UPDATE SET {updates}"
+            f"INSERT INTO {table} ({', '.join(columns)}) SELECT {', '.join(columns.values())} "
+            f"WHERE {keyed(key(row))} ON CONFLICT (day, {', '.join(key(row))}) DO UPDATE SET {updates}"
         )
     return statements
 
 
-def take_off(row: str, vendor: str) -> list[str]:
+def keyed(key: dict[str, str]) -> str:
+    """SQL: the row has every column of a summary's key (an UPDATE's `token_id = NULL` matches nothing anyway)."""
+    return " AND ".join(f"{value} IS NOT NULL" for value in key.values())
+
+
+def take_off(row: str, vendor: str, summaries=SUMMARIES) -> list[str]:
     """Updates taking a row's figures off each summary (an UPDATE: a summary row deleted with its user stays so)."""
     statements = []
-    for table, monthly, key, sums in SUMMARIES:
+    for table, monthly, key, sums in summaries:
         updates = ", ".join(f"{name} = {name} - ({value})" for name, value in sums(row).items())
         keys = {"day": day_of(row, vendor, monthly), **key(row)}
         where = " AND ".join(f"{name} = {value}" for name, value in keys.items())
@@ -120,19 +154,19 @@ def take_off(row: str, vendor: str) -> list[str]:
     return statements
 
 
-def trigger_sql(vendor: str) -> list[str]:
+def trigger_sql(vendor: str, summaries=SUMMARIES) -> list[str]:
     """The statements that (re)create the triggers on this database."""
-    mark = f"/* TIME_ZONE={zone()} */"
+    mark = zone_mark()
     watched = ", ".join(WATCHED)
     if vendor == "postgresql":
         body = "\n".join(
             [
                 f"BEGIN {mark}",
                 "IF TG_OP IN ('UPDATE', 'DELETE') THEN",
-                *(f"  {sql};" for sql in take_off("OLD.", vendor)),
+                *(f"  {sql};" for sql in take_off("OLD.", vendor, summaries)),
                 "END IF;",
                 "IF TG_OP IN ('INSERT', 'UPDATE') THEN",
-                *(f"  {sql};" for sql in add("NEW.", vendor)),
+                *(f"  {sql};" for sql in add("NEW.", vendor, summaries)),
                 "END IF;",
                 "RETURN NULL;",
                 "END",
@@ -145,9 +179,9 @@ def trigger_sql(vendor: str) -> list[str]:
             f"FOR EACH ROW EXECUTE FUNCTION {TRIGGER}()",
         ]
     events = {
-        "insert": ("INSERT", add("NEW.", vendor)),
-        "update": (f"UPDATE OF {watched}", take_off("OLD.", vendor) + add("NEW.", vendor)),
-        "delete": ("DELETE", take_off("OLD.", vendor)),
+        "insert": ("INSERT", add("NEW.", vendor, summaries)),
+        "update": (f"UPDATE OF {watched}", take_off("OLD.", vendor, summaries) + add("NEW.", vendor, summaries)),
+        "delete": ("DELETE", take_off("OLD.", vendor, summaries)),
     }
     statements = []
     for name, (event, body) in events.items():
@@ -169,14 +203,16 @@ def grouped_sql(vendor: str, monthly: bool, key, sums) -> tuple[list[str], str]:
     """A summary's columns, and the SELECT computing them from the rows with a GROUP BY."""
     keys = {"day": day_of("", vendor, monthly), **key("")}
     columns = {**keys, **{name: f"SUM({value})" for name, value in sums("").items()}}
-    select = f"SELECT {', '.join(columns.values())} FROM {USAGE} GROUP BY {', '.join(keys.values())}"
+    select = (
+        f"SELECT {', '.join(columns.values())} FROM {USAGE} WHERE {keyed(key(''))} GROUP BY {', '.join(keys.values())}"
+    )
     return list(columns), select
 
 
-def rebuild_sql(vendor: str) -> list[str]:
+def rebuild_sql(vendor: str, summaries=SUMMARIES) -> list[str]:
     """Empty the summaries and fill them again with one GROUP BY over the rows each."""
     statements = []
-    for table, monthly, key, sums in SUMMARIES:
+    for table, monthly, key, sums in summaries:
         columns, select = grouped_sql(vendor, monthly, key, sums)
         statements += [f"DELETE FROM {table}", f"INSERT INTO {table} ({', '.join(columns)}) {select}"]
     return statements
@@ -189,8 +225,25 @@ def install(connection=default_connection) -> None:
         if vendor == "postgresql":
             # Writers wait (readers do not) so that no row is counted twice or missed meanwhile.
             cursor.execute(f"LOCK TABLE {USAGE} IN SHARE ROW EXCLUSIVE MODE")
-        for sql in [*trigger_sql(vendor), *rebuild_sql(vendor), *SAMPLE_INDEXES.values()]:
+        summaries = existing(connection, cursor)
+        for sql in [*trigger_sql(vendor, summaries), *rebuild_sql(vendor, summaries), *SAMPLE_INDEXES.values()]:
             cursor.execute(sql)
+
+
+def existing(connection, cursor) -> list[tuple]:
+    """SUMMARIES with only the columns their tables have: a migration older than a column installs without it."""
+    found = []
+    tables = connection.introspection.table_names(cursor)
+    for table, monthly, key, sums in SUMMARIES:
+        if table not in tables:
+            continue
+        columns = {column.name for column in connection.introspection.get_table_description(cursor, table)}
+
+        def present(row: str, sums=sums, columns=columns) -> dict[str, str]:
+            return {name: value for name, value in sums(row).items() if name in columns}
+
+        found.append((table, monthly, key, present))
+    return found
 
 
 def uninstall(connection=default_connection) -> None:
@@ -211,17 +264,33 @@ def install_if_missing(sender, using: str, **kwargs) -> None:
         install(connection)
 
 
+def _trigger_text(vendor: str) -> tuple[str, str, str, str]:
+    """Where the database keeps our (first) trigger's text: the table, the text's column, the key and its value."""
+    if vendor == "postgresql":
+        return "pg_proc", "prosrc", "proname", TRIGGER
+    return "sqlite_master", "sql", "type = 'trigger' AND name", f"{TRIGGER}_insert"
+
+
 def installed_zone(connection=default_connection) -> str | None:
     """The TIME_ZONE the triggers count days in; None without triggers."""
-    if connection.vendor == "postgresql":
-        sql, params = "SELECT prosrc FROM pg_proc WHERE proname = %s", [TRIGGER]
-    else:
-        sql, params = "SELECT sql FROM sqlite_master WHERE type = 'trigger' AND name = %s", [f"{TRIGGER}_insert"]
+    table, text, key, name = _trigger_text(connection.vendor)
+    sql, params = f"SELECT {text} FROM {table} WHERE {key} = %s", [name]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         found = cursor.fetchone()
     match = ZONE_MARK.search(found[0]) if found else None
     return match.group(1) if match else None
+
+
+def current_sql(vendor: str) -> tuple[str, list[str]]:
+    """A scalar subquery, 1 while the summaries count days in today's TIME_ZONE (else NULL), and its parameters.
+
+    For readers of the summaries on the hot path (chat.budgets): read in the same statement as
+    the sums, it costs no round trip of its own.
+    """
+    table, text, key, name = _trigger_text(vendor)
+    find = "strpos" if vendor == "postgresql" else "instr"
+    return f"(SELECT 1 FROM {table} WHERE {key} = %s AND {find}({text}, %s) > 0 LIMIT 1)", [name, zone_mark()]
 
 
 def mismatches(connection=default_connection) -> list[str]:

@@ -249,6 +249,114 @@ def test_running_streams_count_their_reservation_and_stale_ones_do_not(alice, se
     assert budgets.spent_by("user_id", alice.pk, month_start(now), now).tokens == 0
 
 
+def month_of_rows(alice, bob, settings):
+    """Rows of every kind in alice's month, and some outside it: what her budget counts is $1.75 and 1,800 tokens."""
+    token = ApiToken.issue(alice, "t")[0]
+    dead = timezone.now() - timedelta(seconds=settings.UPSTREAM_DEADLINE + 120)
+    for status, cost, tokens in [("complete", "1.25", 1000), ("failed", "0.5", 400), ("stopped", None, 100)]:
+        Usage.objects.create(user=alice, model="m", status=status, cost=cost and Decimal(cost), total_tokens=tokens)
+    Usage.objects.create(user=alice, model="m", status="refused", total_tokens=0)
+    Usage.objects.create(user=alice, token=token, source="api", model="m", status="complete", total_tokens=100)
+    # Running: counted by the reservation; one left by a dead process, not at all.
+    Usage.objects.create(user=alice, model="m", status="streaming", prompt_tokens=50, reserved_tokens=200)
+    Usage.objects.create(user=alice, model="m", status="streaming", reserved_tokens=900, reserved_usd=9, started=dead)
+    Usage.objects.create(user=alice, model="m", status="complete", cost=Decimal(7), total_tokens=7000,
+                         started=month_start() - timedelta(seconds=1))  # fmt: skip
+    Usage.objects.create(user=bob, model="m", status="complete", cost=Decimal(3), total_tokens=3000)
+    return budgets.Spent(usd=Decimal("1.75"), tokens=1800)
+
+
+def test_a_persons_month_is_read_from_the_summary_and_agrees_with_the_rows(alice, bob, settings):
+    """The monthly summary's budget sums (kept by triggers) and the running rows give what the rows give."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    expected = month_of_rows(alice, bob, settings)
+    now = timezone.now()
+    with CaptureQueriesContext(connection) as captured:
+        assert budgets.spent_by("user_id", alice.pk, month_start(now), now) == expected
+    (sql,) = [query["sql"] for query in captured.captured_queries]
+    assert "chat_personmonth" in sql
+    assert budgets.month_spent(alice) == expected  # the ORM's sum over the rows
+    # The page's budget bar (read after every answer) too.
+    with CaptureQueriesContext(connection) as captured:
+        assert budgets.summary(alice)["tokens"]["spent"] == expected.tokens
+    assert any("chat_personmonth" in query["sql"] for query in captured.captured_queries)
+    # A running row that ends moves from its reservation to its cost and reported tokens.
+    Usage.objects.filter(status="streaming", reserved_tokens=200).update(
+        status="complete", cost=Decimal("0.25"), total_tokens=60
+    )
+    assert budgets.spent_by("user_id", alice.pk, month_start(now), now) == budgets.Spent(Decimal("2.00"), 1660)
+    assert budgets.month_spent(alice) == budgets.Spent(Decimal("2.00"), 1660)
+    # A start reads neither the month's rows nor the dead process's: the summary's row and the running ones.
+    assert connection.vendor == "sqlite"  # the suite's database
+    with connection.cursor() as cursor:
+        cursor.execute(f"EXPLAIN QUERY PLAN {sql}")
+        plan = "\n".join(row[-1] for row in cursor.fetchall())
+    assert "SEARCH chat_personmonth USING INDEX" in plan and "(day=? AND user_id=?)" in plan, plan
+    assert "SEARCH chat_usage USING INDEX usage_streaming (user_id=? AND started>?)" in plan, plan
+    assert plan.count("chat_usage") == 1, plan
+
+
+def test_a_tokens_month_is_read_from_its_summary_and_agrees_with_the_rows(alice, bob, settings):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from chat import rollup
+
+    month_of_rows(alice, bob, settings)
+    token, other = ApiToken.issue(alice, "script")[0], ApiToken.issue(alice, "other")[0]
+    for owner, key in [(alice, token), (alice, other), (alice, None)]:
+        Usage.objects.create(user=owner, token=key, source="api", model="m", status="complete",
+                             cost=Decimal("0.5"), total_tokens=40)  # fmt: skip
+        Usage.objects.create(user=owner, token=key, source="api", model="m", status="streaming", reserved_tokens=30)
+    Usage.objects.create(user=alice, token=token, source="api", model="m", status="complete", cost=Decimal(4),
+                         total_tokens=400, started=month_start() - timedelta(seconds=1))  # fmt: skip
+    now = timezone.now()
+
+    def month_of(key):
+        with CaptureQueriesContext(connection) as captured:
+            used = budgets._month_and_price("token_id", key.pk, month_start(now), now, None, user_id=alice.pk)[0]
+        assert "chat_tokenmonth" in captured.captured_queries[0]["sql"]
+        return used
+
+    assert (
+        month_of(token)
+        == budgets.spent(Usage.objects.filter(token=token), month_start())
+        == budgets.Spent(Decimal("0.5"), 70)
+    )
+    assert budgets.spent_by("token_id", token.pk, month_start(now), now) == month_of(token)
+    assert rollup.mismatches() == []
+    # A token deleted leaves its rows to its person (token_id emptied): the summaries follow.
+    other.delete()
+    assert rollup.mismatches() == []
+    assert month_of(token) == budgets.Spent(Decimal("0.5"), 70)
+
+
+def test_a_persons_month_is_summed_from_the_rows_while_the_summaries_are_not_current(alice, bob, settings):
+    from chat import rollup
+
+    expected = month_of_rows(alice, bob, settings)
+    now = timezone.now()
+    try:
+        rollup.uninstall()  # no triggers: the summaries are stale from now on
+        Usage.objects.create(user=alice, model="m", status="complete", cost=Decimal("0.25"), total_tokens=10)
+        grown = budgets.Spent(expected.usd + Decimal("0.25"), expected.tokens + 10)
+        assert budgets.spent_by("user_id", alice.pk, month_start(now), now) == grown
+        call_command("rollup")
+        with override_settings(TIME_ZONE="Asia/Tokyo"):  # summaries counting days in UTC: the rows answer
+            from chat.models import PersonMonth
+
+            PersonMonth.objects.filter(user=alice).update(budget_cost=0, budget_tokens=0)
+            # Tokyo's month begins at 15:00 UTC the day before UTC's (so it may hold the $7 row).
+            in_tokyo = budgets.month_spent(alice)
+            assert in_tokyo.tokens >= grown.tokens  # not the zeroed summary's (the reservation's 200)
+            assert budgets.spent_by("user_id", alice.pk, month_start(now), now) == in_tokyo
+    finally:
+        call_command("rollup")  # triggers back, in the tests' zone
+    assert budgets.spent_by("user_id", alice.pk, month_start(now), now) == grown
+
+
 # --- refusals, as a person sees them ------------------------------------------------------------
 
 

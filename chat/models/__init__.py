@@ -45,7 +45,7 @@ from .providers import (
     timeouts,
 )
 from .reviews import ConversationRead, ConversationReadQuerySet
-from .rollups import PersonDay, PersonMonth, UsageDay
+from .rollups import PersonDay, PersonMonth, TokenMonth, UsageDay
 from .shares import Share, ShareQuerySet
 from .tokens import TOKEN_PREFIX, ApiToken, ApiTokenQuerySet
 from .usage import Usage, UsageQuerySet
@@ -90,6 +90,7 @@ __all__ = [
     "ShareQuerySet",
     "Spent",
     "Status",
+    "TokenMonth",
     "Turn",
     "Usage",
     "UsageDay",

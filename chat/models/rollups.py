@@ -1,12 +1,12 @@
-"""Daily sums of the usage rows, for the dashboard: kept by database triggers (chat/rollup.py).
+"""Daily sums of the usage rows, for the dashboard and the budgets: kept by database triggers (chat/rollup.py).
 
 Not one (day, person, model, source) table: on a team where everyone uses many models it would
 be nearly as long as the rows. Per day, model and source for the totals, the charts and the
 model table; per month, person and source for the person table, with per day, person and source
 for the days of a period outside whole months (a year by day and person is still a third of the
-rows of a busy team). Every insert, update and delete of a usage row adds its figures to each
-(and takes its old ones off), whatever code wrote it, so they equal a GROUP BY over the rows at
-every commit.
+rows of a busy team); per month and API token for the tokens' own budgets. Every insert,
+update and delete of a usage row adds its figures to each (and takes its old ones off),
+whatever code wrote it, so they equal a GROUP BY over the rows at every commit.
 """
 
 from __future__ import annotations
@@ -62,12 +62,32 @@ class PersonDay(Sums):
 
 
 class PersonMonth(Sums):
-    """One month (`day` is its first), person and source: their sums."""
+    """One month (`day` is its first), person and source: their sums, and what their budget counts as spent."""
 
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    # The finished rows' cost and reported total tokens (chat.budgets): a row still streaming
+    # counts by its reservation instead, read from the row itself.
+    budget_cost = models.DecimalField(max_digits=20, decimal_places=8, default=0)
+    budget_tokens = models.BigIntegerField(default=0)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["day", "user", "source"], name="person_month_key")]
 
     def __str__(self) -> str:
         return f"user {self.user_id} via {self.source} in {self.day:%Y-%m}"
+
+
+class TokenMonth(models.Model):
+    """One month (`day` is its first) and API token: what the token's own budget counts as spent (chat.budgets)."""
+
+    day = models.DateField()
+    token = models.ForeignKey("chat.ApiToken", on_delete=models.CASCADE, related_name="+")
+    requests = models.BigIntegerField(default=0)
+    budget_cost = models.DecimalField(max_digits=20, decimal_places=8, default=0)
+    budget_tokens = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["day", "token"], name="token_month_key")]
+
+    def __str__(self) -> str:
+        return f"token {self.token_id} in {self.day:%Y-%m}"
