@@ -377,6 +377,7 @@ def _month_and_price(column: str, value: int, since: datetime, now: datetime,
     """
     ops = connection.ops
     prices, price_params = _price_columns(now, price_of)
+    alive, start = ops.adapt_datetimefield_value(alive_since(now)), ops.adapt_datetimefield_value(since)
     if since == month_start(now):
         current, current_params = rollup.current_sql(connection.vendor)
         summary = PersonMonth if column == "user_id" else TokenMonth
@@ -394,22 +395,19 @@ def _month_and_price(column: str, value: int, since: datetime, now: datetime,
             "AND status = 'streaming' AND started > %s AND started >= %s) r"
         )
         month = ops.adapt_datefield_value(timezone.localdate(since))
-        alive, start = ops.adapt_datetimefield_value(alive_since(now)), ops.adapt_datetimefield_value(since)
         params = [*current_params, *price_params, value, month, *(v for _, v in running), alive, start]
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
             settled_usd, settled_tokens, reserved_usd, reserved_tokens, summed, *price_row = cursor.fetchone()
         if summed:
             return _spent(settled_usd, settled_tokens, reserved_usd, reserved_tokens), _price(price_row)
-    alive = ops.adapt_datetimefield_value(alive_since(now))
     sql = (
         "SELECT SUM(CASE WHEN status <> %s THEN cost END), SUM(CASE WHEN status <> %s THEN total_tokens END), "
         "SUM(CASE WHEN status = %s AND started > %s THEN reserved_usd END), "
         f"SUM(CASE WHEN status = %s AND started > %s THEN reserved_tokens END){prices} "
         f"FROM {ops.quote_name(Usage._meta.db_table)} WHERE {column} = %s AND started >= %s"
     )
-    params = ["streaming", "streaming", "streaming", alive, "streaming", alive, *price_params, value,
-              ops.adapt_datetimefield_value(since)]  # fmt: skip
+    params = ["streaming", "streaming", "streaming", alive, "streaming", alive, *price_params, value, start]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         settled_usd, settled_tokens, reserved_usd, reserved_tokens, *price_row = cursor.fetchone()

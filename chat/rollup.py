@@ -124,7 +124,7 @@ def day_of(row: str, vendor: str, monthly: bool = False) -> str:
     return f"date({row}started{modifiers})"
 
 
-def add(row: str, vendor: str, summaries=SUMMARIES) -> list[str]:
+def add(row: str, vendor: str, summaries: list[tuple]) -> list[str]:
     """Upserts adding a row's figures to each summary."""
     statements = []
     for table, monthly, key, sums in summaries:
@@ -143,7 +143,7 @@ def keyed(key: dict[str, str]) -> str:
     return " AND ".join(f"{value} IS NOT NULL" for value in key.values())
 
 
-def take_off(row: str, vendor: str, summaries=SUMMARIES) -> list[str]:
+def take_off(row: str, vendor: str, summaries: list[tuple]) -> list[str]:
     """Updates taking a row's figures off each summary (an UPDATE: a summary row deleted with its user stays so)."""
     statements = []
     for table, monthly, key, sums in summaries:
@@ -154,8 +154,8 @@ def take_off(row: str, vendor: str, summaries=SUMMARIES) -> list[str]:
     return statements
 
 
-def trigger_sql(vendor: str, summaries=SUMMARIES) -> list[str]:
-    """The statements that (re)create the triggers on this database."""
+def trigger_sql(vendor: str, summaries: list[tuple]) -> list[str]:
+    """The statements that (re)create the triggers on this database, for these summaries (see existing())."""
     mark = zone_mark()
     watched = ", ".join(WATCHED)
     if vendor == "postgresql":
@@ -209,7 +209,7 @@ def grouped_sql(vendor: str, monthly: bool, key, sums) -> tuple[list[str], str]:
     return list(columns), select
 
 
-def rebuild_sql(vendor: str, summaries=SUMMARIES) -> list[str]:
+def rebuild_sql(vendor: str, summaries: list[tuple]) -> list[str]:
     """Empty the summaries and fill them again with one GROUP BY over the rows each."""
     statements = []
     for table, monthly, key, sums in summaries:

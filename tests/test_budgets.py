@@ -21,13 +21,14 @@ import psycopg
 import pytest
 from django.contrib.auth.models import Group
 from django.core.management import CommandError, call_command
-from django.db import transaction
+from django.db import connection, transaction
 from django.test import Client, override_settings
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from chat import budgets, upstream
+from chat import budgets, rollup, upstream
 from chat.budgets import Budget, BudgetExceeded, Price, budget_for, month_start, next_month_start
-from chat.models import ApiToken, CatalogEntry, Message, Usage, begin_turn
+from chat.models import ApiToken, CatalogEntry, Message, PersonMonth, Usage, begin_turn
 from tests.conftest import FAKE_KEY, MODELS
 from tests.live import ROOT, LiveServer, Tab, database_url, wait_until
 from tests.services import postgres_database
@@ -268,9 +269,6 @@ def month_of_rows(alice, bob, settings):
 
 def test_a_persons_month_is_read_from_the_summary_and_agrees_with_the_rows(alice, bob, settings):
     """The monthly summary's budget sums (kept by triggers) and the running rows give what the rows give."""
-    from django.db import connection
-    from django.test.utils import CaptureQueriesContext
-
     expected = month_of_rows(alice, bob, settings)
     now = timezone.now()
     with CaptureQueriesContext(connection) as captured:
@@ -299,11 +297,6 @@ def test_a_persons_month_is_read_from_the_summary_and_agrees_with_the_rows(alice
 
 
 def test_a_tokens_month_is_read_from_its_summary_and_agrees_with_the_rows(alice, bob, settings):
-    from django.db import connection
-    from django.test.utils import CaptureQueriesContext
-
-    from chat import rollup
-
     month_of_rows(alice, bob, settings)
     token, other = ApiToken.issue(alice, "script")[0], ApiToken.issue(alice, "other")[0]
     for owner, key in [(alice, token), (alice, other), (alice, None)]:
@@ -334,8 +327,6 @@ def test_a_tokens_month_is_read_from_its_summary_and_agrees_with_the_rows(alice,
 
 
 def test_a_persons_month_is_summed_from_the_rows_while_the_summaries_are_not_current(alice, bob, settings):
-    from chat import rollup
-
     expected = month_of_rows(alice, bob, settings)
     now = timezone.now()
     try:
@@ -345,8 +336,6 @@ def test_a_persons_month_is_summed_from_the_rows_while_the_summaries_are_not_cur
         assert budgets.spent_by("user_id", alice.pk, month_start(now), now) == grown
         call_command("rollup")
         with override_settings(TIME_ZONE="Asia/Tokyo"):  # summaries counting days in UTC: the rows answer
-            from chat.models import PersonMonth
-
             PersonMonth.objects.filter(user=alice).update(budget_cost=0, budget_tokens=0)
             # Tokyo's month begins at 15:00 UTC the day before UTC's (so it may hold the $7 row).
             in_tokyo = budgets.month_spent(alice)
