@@ -83,6 +83,10 @@ class SSEResponse(StreamingHttpResponse):
         # make_bytes on each part) cost more than a small relayed event.
         return self._body
 
+    async def aclose(self) -> None:
+        """Close the stream on the loop, without Django's request_finished (chatsite/completions.py)."""
+        await self._close_body()
+
     def close(self) -> None:
         # Django calls close() from a worker thread; the upstream belongs to the event loop.
         self._loop.call_soon_threadsafe(self._loop.create_task, self._close_body())

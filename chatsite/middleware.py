@@ -27,6 +27,8 @@ from django.utils.deprecation import MiddlewareMixin
 from django.utils.module_loading import import_string
 from whitenoise.middleware import WhiteNoiseMiddleware
 
+from . import completions
+
 POLICY = "; ".join(
     [
         "default-src 'self'",
@@ -178,6 +180,11 @@ ON_THE_LOOP = {
 }
 
 
+def resolve(path: str):
+    """A settings.MIDDLEWARE entry's class: ours on the loop for Django's three, else the entry itself."""
+    return ON_THE_LOOP.get(path) or import_string(path)
+
+
 # The thread of /v1's synchronous work: the request signals' receivers and closing the response.
 API_SYNC_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="v1-sync")
 
@@ -195,7 +202,15 @@ class ASGIHandler(asgi.ASGIHandler):
     starting it cost more than all of them. /v1 requests share one long-lived thread instead.
     """
 
+    def __init__(self) -> None:
+        super().__init__()
+        # /v1/chat/completions past the handler's machinery (chatsite/completions.py), unless a
+        # middleware it does not know is configured.
+        self.completions_chain = completions.chain(resolve)
+
     async def __call__(self, scope, receive, send):
+        if scope["type"] == "http" and scope["path"] == completions.PATH and self.completions_chain is not None:
+            return await completions.serve(self, self.completions_chain, scope, receive, send)
         if scope["type"] == "http" and scope["path"].startswith("/v1/"):
             async with ThreadSensitiveContext(executor=API_SYNC_THREAD):
                 return await super().__call__(scope, receive, send)
@@ -204,10 +219,6 @@ class ASGIHandler(asgi.ASGIHandler):
     def load_middleware(self, is_async: bool = False) -> None:
         if not is_async or settings.CSRF_USE_SESSIONS:
             return super().load_middleware(is_async)
-
-        def resolve(path: str):
-            return ON_THE_LOOP.get(path) or import_string(path)
-
         # load_middleware imports each entry of settings.MIDDLEWARE by name: only the three change.
         with mock.patch.object(base, "import_string", resolve):
             super().load_middleware(is_async)
