@@ -68,7 +68,7 @@ def chain(load=import_string) -> list | None:
             MiddlewareMixin.__acall__,
             OnTheLoop.__acall__,
         )
-        hooks = [name for name in ("process_request", "process_response") if hasattr(middleware, name)]
+        hooks = hasattr(middleware, "process_request") or hasattr(middleware, "process_response")
         if not plain or not hooks or hasattr(middleware, "process_view") or hasattr(middleware, "process_exception"):
             return None
         hooked.append(middleware)

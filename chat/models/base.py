@@ -146,11 +146,12 @@ def insert_row(obj: models.Model, using: str = "default") -> models.Model:
         _statements[key] = sql
     values = []
     for field, default, prepared in _defaults_of(type(obj), using):
-        value = getattr(obj, field.attname) if prepared is not _NONE else field.pre_save(obj, True)
-        if prepared is not _NONE and type(value) is type(default) and value == default:
-            values.append(prepared)
-        else:
-            values.append(_value(field, value, connection))
+        if prepared is _NONE:
+            values.append(_value(field, field.pre_save(obj, True), connection))
+            continue
+        value = getattr(obj, field.attname)
+        same = type(value) is type(default) and value == default
+        values.append(prepared if same else _value(field, value, connection))
     with connection.cursor() as cursor:
         cursor.execute(sql, values)
         if connection.features.can_return_columns_from_insert:
