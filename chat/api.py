@@ -192,7 +192,7 @@ async def stream_completion(meter: Meter, payload: dict, wants_usage: bool, flow
         return refused
     meter.state.request_id = stream.request_id or ""
     relay = Relay(stream, meter.state, forward_usage=wants_usage, heartbeat=settings.API_HEARTBEAT_SECONDS)
-    running.add(relay, meter.token.user_id)
+    running.add(relay, meter.token.user_id, meter.usage_id)  # its progress is written on the row (process.py)
 
     async def body():
         try:

@@ -10,6 +10,8 @@ channels-redis, drop whatever message its BZPOPMIN had just popped (channels-red
 #151, #165); chat/layers.py also makes every receive cancel-safe. With several
 processes (REDIS_URL), each one sweeps for streams whose worker's lease expired,
 marks them interrupted with estimated usage and tells their watchers with `done`.
+Every API_CHECKPOINT_SECONDS each process writes its /v1 streams' tokens so far on their
+usage rows, which is what such a sweep keeps of them (/v1 keeps no text to estimate from).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 from django.contrib.auth import get_user_model
 
-from . import relay, sessions
+from . import db, relay, sessions
 from .generation import Generation, running_generation, running_users, send_done, stop_user, track
 from .models import Message, Usage, Worker
 
@@ -98,6 +100,7 @@ async def _start(loop: asyncio.AbstractEventLoop) -> Process | None:
     process = Process(loop, worker.pk, channel, loop.time(), [])
     process.tasks.append(loop.create_task(_listen_forever(channel), name="control-listener"))
     process.tasks.append(loop.create_task(_watch_accounts_forever(), name="account-watch"))
+    process.tasks.append(loop.create_task(_checkpoint_forever(), name="api-checkpoints"))
     if settings.REDIS_URL:  # other processes may own streams: keep our lease, sweep theirs
         process.tasks.append(loop.create_task(_renew_forever(process), name="lease"))
         process.tasks.append(loop.create_task(_sweep_forever(process), name="orphan-sweeper"))
@@ -195,6 +198,29 @@ async def _renew_forever(process: Process) -> None:
             failures = 0
         if process.renewed_since is None:
             process.renewed_since = loop.time()
+
+
+async def _checkpoint_forever() -> None:
+    """Write the /v1 streams' tokens so far on their usage rows every API_CHECKPOINT_SECONDS.
+
+    /v1 keeps no text: without this, a stream whose process dies is swept with no completion
+    tokens. One transaction for all of this process's streams, none per token.
+    """
+    write = db.run(Usage.objects.checkpoint)
+    loop, failures = asyncio.get_running_loop(), 0
+    while True:
+        interval = settings.API_CHECKPOINT_SECONDS
+        await asyncio.sleep(interval if not failures else min(interval * 2**failures, 60.0))
+        try:
+            await relay.running.checkpoint(write, loop.time())
+        except Exception as exc:
+            failures += 1
+            if failures == 1:
+                log.warning("cannot write the API streams' progress (%s); retrying", exc)
+            continue
+        if failures:
+            log.warning("API streams' progress written again after %d failure(s)", failures)
+            failures = 0
 
 
 async def _sweep_forever(process: Process) -> None:

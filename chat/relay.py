@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -115,9 +115,31 @@ class Running:
 
     def __init__(self) -> None:
         self._owners: weakref.WeakKeyDictionary[Relay, int] = weakref.WeakKeyDictionary()
+        # Each stream's usage row and the (completion, reasoning) tokens last written on it.
+        self._rows: weakref.WeakKeyDictionary[Relay, list[Any]] = weakref.WeakKeyDictionary()
 
-    def add(self, relay: Relay, owner: int) -> None:
+    def add(self, relay: Relay, owner: int, usage_id: int | None = None) -> None:
         self._owners[relay] = owner
+        if usage_id is not None:
+            self._rows[relay] = [usage_id, (0, 0)]
+
+    async def checkpoint(self, write: Callable[[list[tuple[int, int, int]]], Awaitable[None]], now: float) -> int:
+        """Give `write` (usage row, completion, reasoning tokens) for each stream that grew since; how many.
+
+        Estimated from the text, as at the end when the upstream sends no usage. Written only once
+        `write` returns: after a failed write the next checkpoint gives them again.
+        """
+        grown = []
+        for relay, mark in list(self._rows.items()):
+            usage = relay.state.metering(0, now)
+            tokens = (usage["completion_tokens"], usage["reasoning_tokens"])
+            if tokens != mark[1]:
+                grown.append((mark, tokens))
+        if grown:
+            await write([(mark[0], *tokens) for mark, tokens in grown])
+            for mark, tokens in grown:
+                mark[1] = tokens
+        return len(grown)
 
     def owners(self) -> set[int]:
         """Whose streams are running."""

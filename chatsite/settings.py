@@ -361,6 +361,9 @@ CHAT_FINAL_SAVE_SECONDS = env_number("CHAT_FINAL_SAVE_SECONDS", 120.0, float)
 # and whether API requests are also kept as conversations (off: only usage is recorded).
 API_HEARTBEAT_SECONDS = env_number("API_HEARTBEAT_SECONDS", 15.0, float)
 API_STORE_CONVERSATIONS = env_bool("API_STORE_CONVERSATIONS", False)
+# A /v1 stream's tokens so far are written on its usage row this often, seconds: what is kept
+# of them if the process dies mid-stream (the text itself is not kept).
+API_CHECKPOINT_SECONDS = env_number("API_CHECKPOINT_SECONDS", 5.0, float)
 # A /v1 completion's token (with its owner) is kept this long in the process that read it: a
 # revocation or deactivation elsewhere reaches that process within it (at once in the same one).
 API_TOKEN_CACHE_SECONDS = env_number("API_TOKEN_CACHE_SECONDS", 5.0, float)

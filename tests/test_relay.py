@@ -11,6 +11,7 @@ from chat.relay import (
     OPENING,
     Relay,
     RequestError,
+    Running,
     parse_request,
     prompt_chars,
     upstream_body,
@@ -228,3 +229,38 @@ async def test_interrupt_ends_a_waiting_stream_with_a_shutdown_error_and_done():
     assert error == {"message": "The server stopped.", "type": "server_error", "code": "server_shutdown"}
     assert out[-1] == DONE_EVENT and stream.closed
     assert relay.status == "interrupted" and relay.error == "The server stopped."
+
+
+class Streaming:
+    """A running relay as Running sees it: only its state."""
+
+    def __init__(self) -> None:
+        self.state = StreamState(started_at=0.0)
+
+
+async def test_a_checkpoint_gives_each_grown_stream_once_and_again_after_a_failed_write():
+    running, one, two, unmetered = Running(), Streaming(), Streaming(), Streaming()
+    running.add(one, owner=1, usage_id=11)
+    running.add(two, owner=1, usage_id=12)
+    running.add(unmetered, owner=1)  # no usage row to write on
+    written = []
+
+    async def write(rows):
+        written.append(sorted(rows))
+
+    async def fail(rows):
+        raise OSError("database gone")
+
+    one.state.content.append("x" * 40)
+    two.state.reasoning.append("y" * 8)
+    unmetered.state.content.append("z" * 40)
+    assert await running.checkpoint(write, 1.0) == 2
+    assert written == [[(11, 10, 0), (12, 2, 2)]]  # about four characters a token, reasoning counted in
+    assert await running.checkpoint(write, 2.0) == 0  # nothing grew: nothing written
+    one.state.content.append("x" * 40)
+    with pytest.raises(OSError):
+        await running.checkpoint(fail, 3.0)
+    assert await running.checkpoint(write, 4.0) == 1  # given again: the failed write did not count
+    assert written[-1] == [(11, 20, 0)]
+    del one, two
+    assert await running.checkpoint(write, 5.0) == 0  # an ended relay is forgotten with it

@@ -7,6 +7,8 @@ a session ended on one process closes its sockets on the other.
 
 import asyncio
 import contextlib
+import json
+import math
 import os
 import subprocess
 import sys
@@ -62,6 +64,7 @@ def _cluster(fake_server, database_url, prefix, **settings):
         # carol runs 50 streams at once, 250 in a minute: the per-person chat limits are off here
         "CHAT_MAX_STREAMS": "0",
         "RATE_LIMIT_PER_MINUTE": "0",
+        "API_CHECKPOINT_SECONDS": "1",
         **settings,
     }
     setup = {**os.environ, **env, "DATABASE_URL": database_url, "DJANGO_SUPERUSER_PASSWORD": "carol-secret-pw"}
@@ -206,6 +209,49 @@ async def test_a_killed_process_is_swept_within_10_seconds_with_its_text_saved(c
     streamed = seen[1]["content"] + text(seen[2:])
     before_last_second = seen[1]["content"] + text(f for f in seen[2:] if f["at"] < killed - 1.5)
     assert status == "interrupted" and streamed.startswith(saved) and saved.startswith(before_last_second)
+
+
+async def test_a_killed_processes_api_stream_is_swept_with_the_tokens_it_had_streamed(cluster):
+    first, second = cluster
+    async with Tab(second, sign_in(second)):
+        pass  # the second process has served a socket, so it runs its sweep (process.ensure_started)
+    token = await asyncio.to_thread(create_token, first.database_url)
+    asked = [{"role": "user", "content": "[[delay:50]] [[chunks:2000]]"}]
+    request = {"model": MODELS["i14"], "stream": True, "messages": asked}
+    received = []  # (when, characters of content) for each chunk read
+    async with httpx.AsyncClient(timeout=30, headers={"Authorization": f"Bearer {token}"}) as client:
+        try:
+            async with client.stream("POST", first.url + "/v1/chat/completions", json=request) as response:
+                assert response.status_code == 200
+                async for line in response.aiter_lines():
+                    if line.startswith("data: {"):
+                        delta = json.loads(line[6:])["choices"][0]["delta"]
+                        received.append((time.monotonic(), len(delta.get("content") or "")))
+                    if received and received[-1][0] - received[0][0] > 3:
+                        first.process.kill()  # ~3 s streamed: checkpointed a few times, then the process dies
+                        killed = time.monotonic()
+                        first.process.wait()
+                        break
+        finally:
+            if first.process.poll() is not None:
+                first.start()  # the next test gets a working pair again
+    with psycopg.connect(first.database_url) as db:
+        for _ in range(150):  # the second process sweeps the dead one's rows within a lease or two
+            row = db.execute(
+                "SELECT status, completion_tokens, total_tokens - prompt_tokens, estimated, error FROM chat_usage "
+                "WHERE source = 'api' ORDER BY id DESC LIMIT 1"
+            ).fetchone()
+            if row[0] != "streaming":
+                break
+            await asyncio.sleep(0.1)
+    status, completion, total_less_prompt, estimated, error = row
+    assert status == "interrupted" and estimated and "server stopped" in error
+    read = sum(chars for _, chars in received)
+    # What was checkpointed (every second) before the kill: at least what had been read 2.5 s
+    # before it, at most what was read in all (about four characters a token).
+    early = sum(chars for when, chars in received if when < killed - 2.5)
+    assert math.ceil(early / 4) <= completion <= math.ceil(read / 4) + 20, (early, completion, read)
+    assert completion > 0 and total_less_prompt == completion
 
 
 @pytest.mark.timeout(240)

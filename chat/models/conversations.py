@@ -265,7 +265,7 @@ class MessageQuerySet(models.QuerySet):
                     error=message.error,
                 )
             if only is None:
-                # API streams keep no text: their usage is closed with what the row has.
+                # API streams keep no text: their usage is closed with what the row has (their checkpoints).
                 Usage.objects.filter(dead, message__isnull=True, status=Message.Status.STREAMING).update(
                     status=Message.Status.INTERRUPTED, estimated=True, ended=now, error=INTERRUPTED_ERROR
                 )

@@ -5,8 +5,8 @@ from __future__ import annotations
 import logging
 
 from django.conf import settings
-from django.db import models
-from django.db.models import Count, Sum
+from django.db import models, transaction
+from django.db.models import Count, F, Sum
 from django.utils import timezone
 from django.utils.translation import gettext_lazy
 
@@ -32,6 +32,15 @@ class UsageQuerySet(models.QuerySet):
             total_tokens=Sum("total_tokens"),
             cost=Sum("cost"),
         )
+
+    def checkpoint(self, rows: list[tuple[int, int, int]]) -> None:
+        """Write (id, completion, reasoning tokens so far) on rows still streaming: what a sweep keeps."""
+        with transaction.atomic():
+            for pk, completion, reasoning in rows:
+                self.filter(pk=pk, status=Status.STREAMING).update(
+                    completion_tokens=completion, reasoning_tokens=reasoning,
+                    total_tokens=F("prompt_tokens") + completion,
+                )  # fmt: skip
 
 
 # Every column the dashboard's GROUP BYs read, in one index led by the period.
