@@ -115,22 +115,35 @@ def worker_id() -> int | None:
     return None
 
 
+class Outage:
+    """A loop's run of failures: logged at the first and when it ends, not at every retry."""
+
+    def __init__(self, failing: str, again: str) -> None:
+        self.failing, self.again, self.failures = failing, again, 0
+
+    def failed(self, exc: Exception) -> None:
+        self.failures += 1
+        if self.failures == 1:
+            log.warning("%s (%s); retrying", self.failing, exc)
+
+    def over(self) -> None:
+        if self.failures:
+            log.warning("%s after %d failure(s)", self.again, self.failures)
+            self.failures = 0
+
+
 async def _listen_forever(channel: str) -> None:
     """The process's control listener: never cancelled while it serves, survives layer errors."""
     layer = get_channel_layer()
-    failures = 0
+    outage = Outage("control listener: cannot receive", "control listener: receiving again")
     while True:
         try:
             request = await layer.receive(channel)
         except Exception as exc:
-            failures += 1
-            if failures == 1:
-                log.warning("control listener: cannot receive (%s); retrying", exc)
-            await asyncio.sleep(min(0.2 * 2**failures, 5.0))
+            outage.failed(exc)
+            await asyncio.sleep(min(0.2 * 2**outage.failures, 5.0))
             continue
-        if failures:
-            log.warning("control listener: receiving again after %d failure(s)", failures)
-            failures = 0
+        outage.over()
         if request.get("type") == USER_ENDED:
             end_local_streams(request["user"])
             continue
@@ -181,21 +194,17 @@ async def send_control(reply: Message, kind: str, **fields: Any) -> bool:
 async def _renew_forever(process: Process) -> None:
     """Renew this process's lease every CHAT_LEASE_SECONDS/4, in a thread of its own so saves never delay it."""
     renew = database_sync_to_async(Worker.renew, thread_sensitive=False)
-    loop, failures = asyncio.get_running_loop(), 0
+    loop, outage = asyncio.get_running_loop(), Outage("cannot renew this process's lease", "lease renewed again")
     while True:
         await asyncio.sleep(settings.CHAT_LEASE_SECONDS / 4)
         try:
             if not await renew(process.worker_id, process.channel):
                 log.error("this process's lease row %s had vanished; written again", process.worker_id)
         except Exception as exc:
-            failures += 1
             process.renewed_since = None
-            if failures == 1:
-                log.warning("cannot renew this process's lease (%s); retrying", exc)
+            outage.failed(exc)
             continue
-        if failures:
-            log.warning("lease renewed again after %d failure(s)", failures)
-            failures = 0
+        outage.over()
         if process.renewed_since is None:
             process.renewed_since = loop.time()
 
@@ -207,26 +216,23 @@ async def _checkpoint_forever() -> None:
     tokens. One transaction for all of this process's streams, none per token.
     """
     write = db.run(Usage.objects.checkpoint)
-    loop, failures = asyncio.get_running_loop(), 0
+    loop = asyncio.get_running_loop()
+    outage = Outage("cannot write the API streams' progress", "API streams' progress written again")
     while True:
         interval = settings.API_CHECKPOINT_SECONDS
-        await asyncio.sleep(interval if not failures else min(interval * 2**failures, 60.0))
+        await asyncio.sleep(min(interval * 2**outage.failures, max(interval, 60.0)))
         try:
             await relay.running.checkpoint(write, loop.time())
         except Exception as exc:
-            failures += 1
-            if failures == 1:
-                log.warning("cannot write the API streams' progress (%s); retrying", exc)
+            outage.failed(exc)
             continue
-        if failures:
-            log.warning("API streams' progress written again after %d failure(s)", failures)
-            failures = 0
+        outage.over()
 
 
 async def _sweep_forever(process: Process) -> None:
     """End the streams of processes whose lease expired, and tell their watchers."""
     sweep = database_sync_to_async(Message.objects.recover_orphans, thread_sensitive=False)
-    loop, failures = asyncio.get_running_loop(), 0
+    loop, outage = asyncio.get_running_loop(), Outage("orphan sweep failed", "orphan sweep works again")
     while True:
         await asyncio.sleep(settings.CHAT_LEASE_SECONDS / 4)
         # After an outage every lease looks expired: give the others one lease to renew theirs first.
@@ -238,13 +244,9 @@ async def _sweep_forever(process: Process) -> None:
                 log.warning("marked %d stream(s) of a dead process as interrupted", len(recovered))
             await announce_recovered(recovered)
         except Exception as exc:
-            failures += 1
-            if failures == 1:
-                log.warning("orphan sweep failed (%s); retrying", exc)
+            outage.failed(exc)
             continue
-        if failures:
-            log.warning("orphan sweep works again after %d failure(s)", failures)
-            failures = 0
+        outage.over()
 
 
 # --- a deactivated user's streams -------------------------------------------------
@@ -289,7 +291,7 @@ async def _watch_accounts_forever() -> None:
     `manage.py deactivate` from another process without Redis, a bulk UPDATE. One query
     a second, and only while someone is connected; a database error is logged and retried.
     """
-    failures = 0
+    outage = Outage("cannot check whether connected accounts are still active", "checking connected accounts again")
     while True:
         await asyncio.sleep(settings.CHAT_ACCOUNT_CHECK_SECONDS)
         present = sessions.connected_users() | relay.running.owners() | running_users()
@@ -298,13 +300,9 @@ async def _watch_accounts_forever() -> None:
         try:
             active = await database_sync_to_async(_active_users, thread_sensitive=False)(present)
         except Exception as exc:
-            failures += 1
-            if failures == 1:
-                log.warning("cannot check whether connected accounts are still active (%s); retrying", exc)
+            outage.failed(exc)
             continue
-        if failures:
-            log.warning("checking connected accounts again after %d failure(s)", failures)
-            failures = 0
+        outage.over()
         for user_id in present - active:
             end_local_streams(user_id)
             event = {"type": sessions.CHECK_EVENT, "ended": None}  # each socket finds its session gone
