@@ -64,7 +64,10 @@ lint: $(VENV)/.test-deps
 # own, bench/.venv, from bench/requirements.lock: never in the server's or the tests' locks.
 bench/.venv/.deps: bench/requirements.lock
 	$(PYTHON) -m venv bench/.venv
-	bench/.venv/bin/pip install --quiet --require-hashes -r bench/requirements.lock
+	# --no-deps: the lock holds the whole tree, and pip 23's resolver refuses LiteLLM's httpx[http2]
+	# as unpinned once a newer httpx is out; pip check confirms the tree is whole.
+	bench/.venv/bin/pip install --quiet --require-hashes --no-deps -r bench/requirements.lock
+	bench/.venv/bin/pip check
 	touch $@
 
 bench-deps: bench/.venv/.deps
