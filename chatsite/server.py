@@ -82,6 +82,8 @@ SLOW_CLOSE_CODE = 4008
 RESTART_CLOSE_CODE = 1012
 # How often a waiting send looks at the buffer again; only while a client is behind.
 POLL = 0.05
+# At shutdown, after the waiting connections were accepted: time for their requests to be read.
+ACCEPTED_SETTLE_SECONDS = 0.2
 # At shutdown, after the streams were ended: time for their last frames to be written.
 SETTLE_SECONDS = 1.0
 # ... and the longest an ended /v1 stream may take to unwind before its socket is cut.
@@ -239,6 +241,26 @@ class LimitedRequest(WebRequest):
         self.requestHeaders.removeHeader(b"Expect")
 
 
+def accept_waiting(port) -> int:
+    """Accept the connections waiting in `port`'s backlog, so that closing it resets none; how many.
+
+    The kernel completes a handshake before the server accepts it: nginx may already have sent
+    a request on such a connection, and a POST whose connection is reset is answered 502, not
+    tried on the next process. Accepted, it is served like any other before the process exits.
+    """
+    start = getattr(port, "sessionno", None)
+    if start is None:
+        return 0
+    for _ in range(1000):  # each read accepts what is there; at most this many
+        before = port.sessionno
+        if getattr(port, "socket", None) is None:
+            break
+        port.doRead()
+        if port.sessionno == before:
+            break
+    return port.sessionno - start
+
+
 class ChatServer(Server):
     """daphne's Server with flow control, body limits, a graceful shutdown and a bind-failure exit."""
 
@@ -359,8 +381,14 @@ class ChatServer(Server):
     async def shutdown(self) -> None:
         from chat.apps import close_clients, end_streams, running_streams
 
+        # The connections already waiting are accepted before the port closes, then given a moment
+        # for their requests (already sent) to begin: the wait below then counts them.
+        accepted = sum(accept_waiting(port) for port in self.ports)
         for port in self.ports:
             port.stopListening()
+        if accepted:
+            log.info("stopping: accepted %d connection(s) that were waiting", accepted)
+            await asyncio.sleep(ACCEPTED_SETTLE_SECONDS)
         if not self.bind_failed:
             log.info("stopping: no new connections; waiting up to %g s for running streams", self.grace)
             hurry = self._hurry_on_a_second_signal()
