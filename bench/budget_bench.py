@@ -32,10 +32,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from server_bench import free_port, wait_http  # noqa: E402
+from server_bench import MODEL, free_port, server_env, wait_http  # noqa: E402
 
-KEY = "bench-upstream-key"
-MODEL = "claude-sonnet-5"
 PROMPT = "[[chunks:2]] [[reasoning:0]]"
 
 
@@ -162,23 +160,10 @@ def main() -> None:
     folder = tempfile.TemporaryDirectory(prefix="chat-budget-bench-")
     fake_port, port = free_port(), free_port()
     url = f"http://127.0.0.1:{port}"
-    env = {
-        **os.environ,
-        "DATABASE_URL": args.database_url or f"sqlite:///{folder.name}/bench.sqlite3",
-        "UPSTREAM_BASE_URL": f"http://127.0.0.1:{fake_port}/infyrence/v1",
-        "UPSTREAM_API_KEY": KEY,
-        "UPSTREAM_MODEL": MODEL,
-        "DJANGO_ALLOWED_HOSTS": "127.0.0.1",
-        "LOG_LEVEL": "WARNING",
-        "FAKE_UPSTREAM_KEY": KEY,
-        "CHAT_MAX_STREAMS": "0",
-        "API_MAX_STREAMS": "0",
-        "API_TOKEN_MAX_STREAMS": "0",
-        "RATE_LIMIT_PER_MINUTE": "0",
-        "API_TOKEN_RATE_LIMIT_PER_MINUTE": "0",
-        "BUDGET_DEFAULT_USD": "",
-        "BUDGET_DEFAULT_TOKENS": "",
-    }
+    env = server_env(
+        args.database_url or f"sqlite:///{folder.name}/bench.sqlite3", fake_port,
+        BUDGET_DEFAULT_USD="", BUDGET_DEFAULT_TOKENS="",
+    )  # fmt: skip
     if args.database_url:
         subprocess.run([sys.executable, "manage.py", "flush", "--noinput"], cwd=ROOT, env=env, check=False)
     subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)

@@ -50,12 +50,10 @@ import orjson
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from server_bench import STAMP, cpu_seconds, free_port  # noqa: E402
+from server_bench import KEY, MODEL, STAMP, cpu_seconds, free_port, server_env  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 BENCH_VENV = ROOT / "bench" / ".venv"
-KEY = "bench-upstream-key"
-MODEL = "claude-sonnet-5"
 
 
 def wait_http(url: str, process: subprocess.Popen, timeout: float = 30) -> None:
@@ -104,33 +102,22 @@ class Stack:
         fake_port, self.port = free_port(), free_port()
         self.upstream = f"http://127.0.0.1:{fake_port}/infyrence/v1"
         self.url = f"http://127.0.0.1:{self.port}"
-        self.env = {
-            **os.environ,
-            "DATABASE_URL": database_url or f"sqlite:///{self.folder.name}/bench.sqlite3",
-            "UPSTREAM_BASE_URL": self.upstream,
-            "UPSTREAM_API_KEY": KEY,
-            "UPSTREAM_MODEL": MODEL,
-            "DJANGO_ALLOWED_HOSTS": "127.0.0.1",
-            "LOG_LEVEL": "WARNING",
+        self.env = server_env(
+            database_url or f"sqlite:///{self.folder.name}/bench.sqlite3",
+            fake_port,
             # A new conversation's first answer is followed by a title request (chat/titles.py): one
             # more upstream request per websocket stream, which LiteLLM and /v1 do not make. Off, so
             # the paths compare like for like; README says what a title costs.
-            "CHAT_TITLES": "0",
-            "FAKE_UPSTREAM_KEY": KEY,
-            # One user runs every stream: the per-person limits are off, and so are the connect-storm
-            # guards (400 sockets opening at once is the load under test, not an attack).
-            "CHAT_MAX_STREAMS": "0",
-            "API_MAX_STREAMS": "0",
-            "API_TOKEN_MAX_STREAMS": "0",
-            "RATE_LIMIT_PER_MINUTE": "0",
-            "API_TOKEN_RATE_LIMIT_PER_MINUTE": "0",
-            "WS_CONNECTS_PER_SECOND": "0",
-            "WS_MAX_CONNECTING": "0",
-            # ...and a socket may send as fast as the one-token rate asks (a tab sends a few frames a second)
-            "CHAT_FRAME_RATE": "100000",
-            "CHAT_FRAME_BURST": "100000",
+            CHAT_TITLES="0",
+            # The connect-storm guards are off (400 sockets opening at once is the load under test,
+            # not an attack), and a socket may send as fast as the one-token rate asks (a tab
+            # sends a few frames a second).
+            WS_CONNECTS_PER_SECOND="0",
+            WS_MAX_CONNECTING="0",
+            CHAT_FRAME_RATE="100000",
+            CHAT_FRAME_BURST="100000",
             **(env or {}),
-        }
+        )
         self.fake = self.spawn(
             [sys.executable, "-m", "uvicorn", "chat.fakeupstream:app", "--port", str(fake_port), "--log-level",
              "warning", "--no-access-log"],

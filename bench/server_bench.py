@@ -41,6 +41,30 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def server_env(database_url: str, fake_port: int, **more: str) -> dict[str, str]:
+    """The server's environment in a benchmark: the fake upstream on `fake_port`, the per-person limits off.
+
+    One person (or a few) runs every stream of a benchmark: the limits of chat/limits.py would
+    refuse most of them.
+    """
+    return {
+        **os.environ,
+        "DATABASE_URL": database_url,
+        "UPSTREAM_BASE_URL": f"http://127.0.0.1:{fake_port}/infyrence/v1",
+        "UPSTREAM_API_KEY": KEY,
+        "UPSTREAM_MODEL": MODEL,
+        "DJANGO_ALLOWED_HOSTS": "127.0.0.1",
+        "LOG_LEVEL": "WARNING",
+        "FAKE_UPSTREAM_KEY": KEY,
+        "CHAT_MAX_STREAMS": "0",
+        "API_MAX_STREAMS": "0",
+        "API_TOKEN_MAX_STREAMS": "0",
+        "RATE_LIMIT_PER_MINUTE": "0",
+        "API_TOKEN_RATE_LIMIT_PER_MINUTE": "0",
+        **more,
+    }
+
+
 def cpu_seconds(pid: int) -> float:
     """CPU time of a process and all its threads, living and ended, to the nanosecond."""
     # /proc/<pid>/stat counts in clock ticks (10 ms), too coarse for a short run: a handful of
@@ -71,22 +95,7 @@ class Stack:
         self.folder = tempfile.TemporaryDirectory(prefix="chat-bench-")
         fake_port, self.port = free_port(), free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.env = {
-            **os.environ,
-            "DATABASE_URL": f"sqlite:///{self.folder.name}/bench.sqlite3",
-            "UPSTREAM_BASE_URL": f"http://127.0.0.1:{fake_port}/infyrence/v1",
-            "UPSTREAM_API_KEY": KEY,
-            "UPSTREAM_MODEL": MODEL,
-            "DJANGO_ALLOWED_HOSTS": "127.0.0.1",
-            "LOG_LEVEL": "WARNING",
-            "FAKE_UPSTREAM_KEY": KEY,
-            # One user runs every stream here: the per-person limits (chat/limits.py) are off.
-            "CHAT_MAX_STREAMS": "0",
-            "API_MAX_STREAMS": "0",
-            "API_TOKEN_MAX_STREAMS": "0",
-            "RATE_LIMIT_PER_MINUTE": "0",
-            "API_TOKEN_RATE_LIMIT_PER_MINUTE": "0",
-        }
+        self.env = server_env(f"sqlite:///{self.folder.name}/bench.sqlite3", fake_port)
         self.fake = subprocess.Popen(
             [sys.executable, "-m", "uvicorn", "chat.fakeupstream:app", "--port", str(fake_port), "--log-level",
              "warning"], cwd=ROOT, env=self.env,
