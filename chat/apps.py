@@ -45,6 +45,17 @@ def prepare_to_serve() -> None:
         )
 
 
+async def start_serving() -> None:
+    """Start this process's lease, control listener and sweeps (chat/process.py); chatsite.server calls it at start-up.
+
+    Otherwise a process starts them with its first socket or `/v1` request (daphne has no
+    lifespan start-up), and one that has served neither would not sweep a dead peer's streams.
+    """
+    from . import process
+
+    await process.ensure_started()
+
+
 def running_streams() -> list:
     """The chat generations of this process still streaming (asyncio tasks; a graceful shutdown waits for them)."""
     from . import generation

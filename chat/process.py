@@ -1,15 +1,15 @@
 """What each serving process runs beside its streams: its lease, its control listener, the orphan sweep.
 
-Each serving process has one Worker row (a lease, renewed every CHAT_LEASE_SECONDS/4
-by a loop of its own) and ONE control listener on a process-wide channel, started
-once and never cancelled while the process serves: every streaming row records its
-worker, so a socket on any process sends `stop` and `snapshot` requests to the
-owner's channel with the message id, and the listener routes them to the running
-stream. A per-stream listener cancelled at the end of each stream would, on
-channels-redis, drop whatever message its BZPOPMIN had just popped (channels-redis
-#151, #165); chat/layers.py also makes every receive cancel-safe. With several
-processes (REDIS_URL), each one sweeps for streams whose worker's lease expired,
-marks them interrupted with estimated usage and tells their watchers with `done`.
+Each serving process has, from its start (chatsite.server), one Worker row (a lease,
+renewed every CHAT_LEASE_SECONDS/4 by a loop of its own) and ONE control listener on a
+process-wide channel, started once and never cancelled while the process serves: every
+streaming row records its worker, so a socket on any process sends `stop` and `snapshot`
+requests to the owner's channel with the message id, and the listener routes them to the
+running stream. A per-stream listener cancelled at the end of each stream would, on
+channels-redis, drop whatever message its BZPOPMIN had just popped (channels-redis #151,
+#165); chat/layers.py also makes every receive cancel-safe. With several processes
+(REDIS_URL), each one sweeps for streams whose worker's lease expired, marks them
+interrupted with estimated usage and tells their watchers with `done`.
 Every API_CHECKPOINT_SECONDS each process writes its /v1 streams' tokens so far on their
 usage rows, which is what such a sweep keeps of them (/v1 keeps no text to estimate from).
 """

@@ -450,6 +450,13 @@ class ChatServer(Server):
                 pass
         return hurry
 
+    def _start_serving(self) -> None:
+        from chat.apps import start_serving
+
+        # Kept referenced until it is done (the loop holds tasks only weakly); a failure is logged
+        # by chat.process and tried again at the next request.
+        self._starting = reactor._asyncioEventloop.create_task(start_serving())
+
     def _http_running(self) -> list:
         return [
             details["application_instance"]
@@ -460,6 +467,7 @@ class ChatServer(Server):
         ]
 
     def run(self) -> None:
+        reactor.callWhenRunning(self._start_serving)
         super().run()
         # Whatever is still pending would otherwise be finalised by the garbage collector
         # at exit, outside its loop: cancel it and let it unwind here.

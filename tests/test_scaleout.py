@@ -213,8 +213,8 @@ async def test_a_killed_process_is_swept_within_10_seconds_with_its_text_saved(c
 
 async def test_a_killed_processes_api_stream_is_swept_with_the_tokens_it_had_streamed(cluster):
     first, second = cluster
-    async with Tab(second, sign_in(second)):
-        pass  # the second process has served a socket, so it runs its sweep (process.ensure_started)
+    # A new second process, which has served no socket and no /v1 request: it sweeps from its start.
+    await asyncio.to_thread(second.restart)
     token = await asyncio.to_thread(create_token, first.database_url)
     asked = [{"role": "user", "content": "[[delay:50]] [[chunks:2000]]"}]
     request = {"model": MODELS["i14"], "stream": True, "messages": asked}
