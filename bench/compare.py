@@ -100,7 +100,6 @@ class Stack:
     def start(self, database_url: str | None, litellm: bool, servers: int = 1, env: dict | None = None) -> None:
         self.folder = tempfile.TemporaryDirectory(prefix="chat-compare-")
         fake_port, self.port = free_port(), free_port()
-        self.upstream = f"http://127.0.0.1:{fake_port}/infyrence/v1"
         self.url = f"http://127.0.0.1:{self.port}"
         self.env = server_env(
             database_url or f"sqlite:///{self.folder.name}/bench.sqlite3",
@@ -118,6 +117,7 @@ class Stack:
             CHAT_FRAME_BURST="100000",
             **(env or {}),
         )
+        self.upstream = self.env["UPSTREAM_BASE_URL"]  # LiteLLM's and the direct path's upstream too
         self.fake = self.spawn(
             [sys.executable, "-m", "uvicorn", "chat.fakeupstream:app", "--port", str(fake_port), "--log-level",
              "warning", "--no-access-log"],
