@@ -89,6 +89,23 @@ async def test_a_process_uses_at_most_database_threads_threads(settings):
     assert most == 1 and len(threads) == 1
 
 
+async def test_a_call_whose_caller_stopped_waiting_before_it_began_is_not_run():
+    """A start cancelled in the queue (its client left) must not write its rows after all."""
+    release, ran = threading.Event(), []
+
+    def block() -> None:
+        release.wait(10)
+
+    blocked = asyncio.ensure_future(db.run(block)())
+    queued = asyncio.ensure_future(db.run(ran.append)("queued"))
+    await asyncio.sleep(0)  # both handed to the (one) database thread's queue
+    queued.cancel()
+    release.set()
+    await blocked
+    assert await db.run(ran.append)("after") is None  # the thread went on past the cancelled call
+    assert ran == ["after"] and queued.cancelled()
+
+
 async def test_starts_queued_beside_one_that_found_the_database_locked_give_up_with_it(settings):
     settings.API_DB_WAIT_SECONDS = 0.5
     holder = sqlite3.connect(connection.settings_dict["NAME"], isolation_level=None)
