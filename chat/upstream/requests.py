@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -49,8 +50,11 @@ def _headers(api_key: str, *, stream: bool) -> dict[str, str]:
     return headers
 
 
-def endpoint(base_url: str, path: str) -> str:
-    return base_url.rstrip("/") + "/" + path.lstrip("/")
+@functools.lru_cache(maxsize=256)
+def endpoint(base_url: str, path: str) -> httpx.URL:
+    """`path` under `base_url`, parsed once per process: httpx parses a URL given as a string on every
+    request, 30 µs of a stream start's CPU. A URL is immutable, so one serves every request."""
+    return httpx.URL(base_url.rstrip("/") + "/" + path.lstrip("/"))
 
 
 def build_payload(
