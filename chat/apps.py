@@ -20,21 +20,40 @@ class ChatConfig(AppConfig):
         post_migrate.connect(install_if_missing, sender=self)
 
 
-def prepare_to_serve() -> None:
-    """Once per server process, before it serves: sync the configured provider, recover dead streams."""
+# Whether prepare_to_serve() has run to its end in this process, and when the process began serving.
+_prepared = False
+_serving_since = None
+# Seconds between tries of prepare_to_serve() while the database is not ready (a process booted without it).
+PREPARE_RETRY_SECONDS = 2.0
+_retrying = None
+
+
+def prepare_to_serve() -> bool:
+    """Once per server process, before it serves: sync the configured provider, recover dead streams.
+
+    False if the database is not ready; start_serving() then tries again until it is. Only the
+    streams last written before this process began are taken for dead: one this process started
+    meanwhile (its lease not registered yet) is alive.
+    """
     from django.conf import settings
+    from django.utils import timezone
 
     from .models import Message, Provider
     from .process import lease
 
+    global _prepared, _serving_since
+    if _serving_since is None:
+        _serving_since = timezone.now()
     try:
         provider = Provider.objects.sync_from_settings()
         # One process alone owns every stream; beside others, only those whose lease expired are dead.
         stale_after = lease() if settings.REDIS_URL else None
-        recovered = Message.objects.recover_orphans(stale_after)
+        recovered = Message.objects.recover_orphans(stale_after, before=_serving_since)
     except DatabaseError as exc:
-        log.error("database not ready (%s); run `manage.py migrate`", exc)
-        return
+        if _retrying is None:
+            log.error("database not ready (%s); run `manage.py migrate` if it is new; trying again meanwhile", exc)
+        return False
+    _prepared = True
     if recovered:
         log.warning("marked %d stream(s) left by a stopped server as interrupted", len(recovered))
     if provider is not None and provider.is_demo:
@@ -43,6 +62,7 @@ def prepare_to_serve() -> None:
             "Set UPSTREAM_BASE_URL and UPSTREAM_API_KEY for a real one.",
             provider.base_url,
         )
+    return True
 
 
 async def start_serving() -> None:
@@ -50,10 +70,35 @@ async def start_serving() -> None:
 
     Otherwise a process starts them with its first socket or `/v1` request (daphne has no
     lifespan start-up), and one that has served neither would not sweep a dead peer's streams.
+    A process that booted without its database keeps trying prepare_to_serve() here: a new
+    install's provider would otherwise be created only at the next restart.
     """
+    import asyncio
+
     from . import process
 
+    global _retrying
+    if not _prepared and _retrying is None:
+        _retrying = asyncio.get_running_loop().create_task(_prepare_until_ready(), name="prepare-to-serve")
     await process.ensure_started()
+
+
+async def _prepare_until_ready() -> None:
+    import asyncio
+
+    from channels.db import database_sync_to_async
+
+    prepare = database_sync_to_async(prepare_to_serve, thread_sensitive=False)
+    tries = 1  # the one at start-up
+    while True:
+        await asyncio.sleep(PREPARE_RETRY_SECONDS)
+        tries += 1
+        try:
+            if await prepare():
+                break
+        except Exception:  # not a database error: logged, and tried again like one
+            log.exception("could not prepare to serve")
+    log.warning("database ready after %d tries: the configured provider is synced and dead streams recovered", tries)
 
 
 def running_streams() -> list:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import models, transaction
@@ -222,12 +222,16 @@ class MessageQuerySet(models.QuerySet):
         values = {"content": content, "reasoning": reasoning, "updated": timezone.now()}
         update_row(Message, pk, values, self.db, where={"status": Message.Status.STREAMING})
 
-    def recover_orphans(self, lease: timedelta | None = None, *, only: int | None = None) -> list[Message]:
+    def recover_orphans(
+        self, lease: timedelta | None = None, *, only: int | None = None, before: datetime | None = None
+    ) -> list[Message]:
         """Mark streams whose owning process is dead as interrupted, with estimated usage.
 
         A stream is orphaned when its worker's lease is older than `lease`; lease=None
         takes every stream not owned by this process (one process, just started), with
         or without a worker. This process's own streams are never touched: it is alive.
+        `before` (with lease=None): only streams last written before then, when this process
+        began serving; one it started before its lease was registered is its own.
         API usage rows (no message) of dead workers are closed the same way.
         `only` limits the sweep to one message (attach/stop to a stream whose owner is gone).
         """
@@ -239,8 +243,11 @@ class MessageQuerySet(models.QuerySet):
             # A row without a worker predates leases or comes from a process that did not
             # register: only a lone process at start-up (lease=None) may take it as dead.
             dead = Q(worker__heartbeat__lt=now - lease) & ~Q(worker=mine)
+        dead_messages, dead_api_rows = dead, dead
+        if lease is None and before is not None:
+            dead_messages, dead_api_rows = dead & Q(updated__lt=before), dead & Q(started__lt=before)
         with transaction.atomic():
-            orphans = self.streaming().filter(dead)
+            orphans = self.streaming().filter(dead_messages)
             if only is not None:
                 orphans = orphans.filter(pk=only)
             orphans = list(orphans.select_for_update(of=("self",)))
@@ -266,7 +273,7 @@ class MessageQuerySet(models.QuerySet):
                 )
             if only is None:
                 # API streams keep no text: their usage is closed with what the row has (their checkpoints).
-                Usage.objects.filter(dead, message__isnull=True, status=Message.Status.STREAMING).update(
+                Usage.objects.filter(dead_api_rows, message__isnull=True, status=Message.Status.STREAMING).update(
                     status=Message.Status.INTERRUPTED, estimated=True, ended=now, error=INTERRUPTED_ERROR
                 )
         # The swept rows (chat and API) get the price table's cost, like any final save.
