@@ -6,6 +6,7 @@ import selectors
 import socket
 import struct
 import threading
+from urllib.parse import urlsplit
 
 
 class TcpProxy:
@@ -116,3 +117,17 @@ class TcpProxy:
                     self._pairs.discard(pair)
                     for sock in pair:
                         sock.close()
+
+
+def via(proxy: TcpProxy, url: str) -> str:
+    """The URL with its host and port replaced by the proxy's."""
+    parts = urlsplit(url)
+    netloc = parts.netloc.rsplit("@", 1)
+    netloc[-1] = f"127.0.0.1:{proxy.port}"
+    return parts._replace(netloc="@".join(netloc)).geturl()
+
+
+def proxy_for(url: str) -> TcpProxy:
+    """A proxy in front of the service at `url` (its host and port)."""
+    parts = urlsplit(url)
+    return TcpProxy(parts.hostname, parts.port)

@@ -16,8 +16,8 @@ from chat import apps
 from chat.models import Conversation, Message, Provider, Usage
 from tests.conftest import FAKE_KEY, MODELS
 from tests.live import ROOT, LiveServer, wait_until
+from tests.proxy import proxy_for, via
 from tests.services import postgres_database
-from tests.test_scaleout import proxy_for, via
 
 
 @pytest.fixture

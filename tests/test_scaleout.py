@@ -13,7 +13,6 @@ import os
 import subprocess
 import sys
 import time
-from urllib.parse import urlsplit
 
 import aiohttp
 import httpx
@@ -23,24 +22,11 @@ import redis
 
 from tests.conftest import FAKE_KEY, MODELS
 from tests.live import ROOT, LiveServer, Tab
-from tests.proxy import TcpProxy
+from tests.proxy import proxy_for, via
 from tests.services import REDIS_URL, postgres_database, redis_prefix
 
 SLOW = "[[delay:20]] [[chunks:300]]"
 LEASE = 6
-
-
-def via(proxy: TcpProxy, url: str) -> str:
-    """The URL with its host and port replaced by the proxy's."""
-    parts = urlsplit(url)
-    netloc = parts.netloc.rsplit("@", 1)
-    netloc[-1] = f"127.0.0.1:{proxy.port}"
-    return parts._replace(netloc="@".join(netloc)).geturl()
-
-
-def proxy_for(url: str) -> TcpProxy:
-    parts = urlsplit(url)
-    return TcpProxy(parts.hostname, parts.port)
 
 
 @pytest.fixture(scope="module")
