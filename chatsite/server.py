@@ -287,6 +287,10 @@ class ChatServer(Server):
             return protocol
 
         self.http_factory.buildProtocol = build_protocol
+        # Twisted's own access line: built for every request in its combined log format, then sent to
+        # a log daphne throws away below verbosity 2 (and above it, a second copy of daphne's own
+        # access log): 1.4 % of a one-token /v1 answer's CPU. daphne's access log is unchanged.
+        self.http_factory.log = _no_access_line
 
     # --- listening --------------------------------------------------------------
 
@@ -478,6 +482,10 @@ class ChatServer(Server):
         if pending:
             loop.run_until_complete(asyncio.wait(pending, timeout=UNWIND_SECONDS))
         loop.run_until_complete(loop.shutdown_asyncgens())
+
+
+def _no_access_line(request) -> None:
+    """Twisted's HTTPFactory.log, replaced: daphne writes the access log."""
 
 
 class CommandLine(CommandLineInterface):

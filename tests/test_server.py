@@ -21,7 +21,7 @@ from django.db import connection
 
 from chat.models import ApiToken, Message, Usage
 from tests.conftest import MODELS, session_cookie
-from tests.live import ROOT, LiveServer, database_url
+from tests.live import ROOT, LiveServer, database_url, wait_until
 from tests.services import postgres_database, redis_prefix
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -205,6 +205,15 @@ def test_a_port_already_taken_ends_the_server_with_an_error(tmp_path):
     assert result.returncode != 0
     assert "Address already in use" in result.stderr + result.stdout
     assert time.monotonic() - started < 30
+
+
+def test_every_request_has_one_access_line(server):
+    """Twisted's own access line is no longer built (chatsite/server.py); daphne's access log stays, once a request."""
+    path = f"/no-such-page-{os.getpid()}-{time.monotonic_ns()}"
+    assert httpx.get(server.url + path).status_code == 404
+    assert wait_until(lambda: path in server.output())
+    lines = [line for line in server.output().splitlines() if path in line]
+    assert len([line for line in lines if f'"GET {path}" 404' in line]) == 1, lines
 
 
 # --- request bodies ---------------------------------------------------------------------
