@@ -1,3 +1,4 @@
+import asyncio
 import logging
 
 from django.apps import AppConfig
@@ -73,8 +74,6 @@ async def start_serving() -> None:
     A process that booted without its database keeps trying prepare_to_serve() here: a new
     install's provider would otherwise be created only at the next restart.
     """
-    import asyncio
-
     from . import process
 
     global _retrying
@@ -84,20 +83,20 @@ async def start_serving() -> None:
 
 
 async def _prepare_until_ready() -> None:
-    import asyncio
-
     from channels.db import database_sync_to_async
 
     prepare = database_sync_to_async(prepare_to_serve, thread_sensitive=False)
-    tries = 1  # the one at start-up
+    tries, told = 1, False  # the try at start-up logged its database error
     while True:
         await asyncio.sleep(PREPARE_RETRY_SECONDS)
         tries += 1
         try:
             if await prepare():
                 break
-        except Exception:  # not a database error: logged, and tried again like one
-            log.exception("could not prepare to serve")
+        except Exception:  # not a database error: logged once, and tried again like one
+            if not told:
+                log.exception("could not prepare to serve; trying again every %g s", PREPARE_RETRY_SECONDS)
+                told = True
     log.warning("database ready after %d tries: the configured provider is synced and dead streams recovered", tries)
 
 
