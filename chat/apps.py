@@ -36,6 +36,15 @@ def prepare_to_serve() -> bool:
     streams last written before this process began are taken for dead: one this process started
     meanwhile (its lease not registered yet) is alive.
     """
+    try:
+        _prepare()
+    except DatabaseError as exc:
+        log.error("database not ready (%s); run `manage.py migrate` if it is new; trying again meanwhile", exc)
+        return False
+    return True
+
+
+def _prepare() -> None:
     from django.conf import settings
     from django.utils import timezone
 
@@ -45,15 +54,10 @@ def prepare_to_serve() -> bool:
     global _prepared, _serving_since
     if _serving_since is None:
         _serving_since = timezone.now()
-    try:
-        provider = Provider.objects.sync_from_settings()
-        # One process alone owns every stream; beside others, only those whose lease expired are dead.
-        stale_after = lease() if settings.REDIS_URL else None
-        recovered = Message.objects.recover_orphans(stale_after, before=_serving_since)
-    except DatabaseError as exc:
-        if _retrying is None:
-            log.error("database not ready (%s); run `manage.py migrate` if it is new; trying again meanwhile", exc)
-        return False
+    provider = Provider.objects.sync_from_settings()
+    # One process alone owns every stream; beside others, only those whose lease expired are dead.
+    stale_after = lease() if settings.REDIS_URL else None
+    recovered = Message.objects.recover_orphans(stale_after, before=_serving_since)
     _prepared = True
     if recovered:
         log.warning("marked %d stream(s) left by a stopped server as interrupted", len(recovered))
@@ -63,7 +67,6 @@ def prepare_to_serve() -> bool:
             "Set UPSTREAM_BASE_URL and UPSTREAM_API_KEY for a real one.",
             provider.base_url,
         )
-    return True
 
 
 async def start_serving() -> None:
@@ -85,19 +88,18 @@ async def start_serving() -> None:
 async def _prepare_until_ready() -> None:
     from channels.db import database_sync_to_async
 
-    prepare = database_sync_to_async(prepare_to_serve, thread_sensitive=False)
-    tries, told = 1, False  # the try at start-up logged its database error
-    while True:
+    from .process import Outage
+
+    prepare = database_sync_to_async(_prepare, thread_sensitive=False)
+    outage = Outage("cannot prepare to serve yet", "prepared to serve")
+    while not _prepared:
         await asyncio.sleep(PREPARE_RETRY_SECONDS)
-        tries += 1
         try:
-            if await prepare():
-                break
-        except Exception:  # not a database error: logged once, and tried again like one
-            if not told:
-                log.exception("could not prepare to serve; trying again every %g s", PREPARE_RETRY_SECONDS)
-                told = True
-    log.warning("database ready after %d tries: the configured provider is synced and dead streams recovered", tries)
+            await prepare()
+        except Exception as exc:  # the database's or any other: logged at the first and when it ends
+            outage.failed(exc)
+    outage.over()
+    log.warning("database ready: the configured provider is synced and dead streams recovered")
 
 
 def running_streams() -> list:

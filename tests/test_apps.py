@@ -86,7 +86,7 @@ def test_a_server_booted_without_its_database_creates_its_provider_once_the_data
             with LiveServer(env) as server:
                 assert wait_until(lambda: "database not ready" in server.output()), server.output()
                 proxy.restore()
-                assert wait_until(lambda: "database ready after" in server.output(), timeout=30), server.output()
+                assert wait_until(lambda: "database ready:" in server.output(), timeout=30), server.output()
                 api = openai.OpenAI(base_url=server.url + "/v1", api_key=token, max_retries=0, timeout=30)
                 stream = api.chat.completions.create(
                     model=MODELS["i14"], stream=True, messages=[{"role": "user", "content": "hi [[chunks:3]]"}]
