@@ -14,6 +14,14 @@ def test_the_default_database_uses_it():
     assert connection.settings_dict["ENGINE"] == "chatsite.sqlite3" and connection.vendor == "sqlite"
 
 
+def test_temporary_storage_is_in_memory():
+    # A stream's final save, with its rollup triggers, needs a statement journal larger than
+    # SQLite keeps in memory by default: without this it is a new file on disk every time.
+    with connection.cursor() as cursor:
+        cursor.execute("PRAGMA temp_store")
+        assert cursor.fetchone() == (2,)  # MEMORY
+
+
 def test_a_statement_gives_the_same_answer_each_time_and_is_rewritten_once():
     qmark.cache_clear()
     sql = "SELECT %s, '100%%', %s || '%%s'"
