@@ -125,10 +125,7 @@ TEMPLATES = [
 ]
 
 # SQLite by default: WAL lets readers run beside the writer, IMMEDIATE takes the
-# write lock at BEGIN so two writers queue on the busy timeout instead of failing. Temporary
-# storage in memory: a usage row's write fires the rollup triggers (chat/rollup.py), whose
-# statement journal outgrew SQLite's 64 KiB and went to a new file in /var/tmp on every
-# stream's final save (create, write, unlink: ten system calls; 1 to 6 % of a start's CPU).
+# write lock at BEGIN so two writers queue on the busy timeout instead of failing (OPTIONS below).
 DATABASES = {
     "default": dj_database_url.parse(env("DATABASE_URL", f"sqlite:///{BASE_DIR / 'db.sqlite3'}"), conn_max_age=0)
 }
@@ -162,7 +159,18 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["OPTIONS"] = {
         "transaction_mode": "IMMEDIATE",
         "timeout": 20,
-        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA temp_store=MEMORY;",
+        "init_command": " ".join(
+            [
+                "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+                # A usage row's write fires the rollup triggers (chat/rollup.py), whose statement journal
+                # outgrew SQLite's 64 KiB and went to a new file in /var/tmp on every stream's final
+                # save (create, write, unlink: ten system calls; 1 to 6 % of a start's CPU).
+                "PRAGMA temp_store=MEMORY;",
+                # The serving process copies the write-ahead log into the database file every second
+                # (chat/process.py); a commit does it itself only past this many pages (SQLite's: 1,000).
+                "PRAGMA wal_autocheckpoint=10000;",
+            ]
+        ),
     }
     # Django's backend, with each statement's placeholders rewritten once per process (chatsite/sqlite3).
     DATABASES["default"]["ENGINE"] = "chatsite.sqlite3"
