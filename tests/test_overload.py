@@ -303,7 +303,12 @@ def test_the_page_says_the_server_is_busy_while_postgresql_is_away_and_recovers(
                 page.goto("/")
                 expect(page.locator("html")).to_have_attribute("data-socket", "open", timeout=15_000)
                 proxy.cut()
-                page.get_by_label("Search conversations").fill("anything")
+                # The search's own 503, not only the notice: another request's 503 (the model list)
+                # can show the notice first, and the search, sent after its debounce, must fail too.
+                searched = lambda response: "/api/conversations?q=anything" in response.url  # noqa: E731
+                with page.expect_response(searched, timeout=20_000) as refused:
+                    page.get_by_label("Search conversations").fill("anything")
+                assert refused.value.status == 503
                 expect(page.locator("#notice-text")).to_have_text(BUSY_TEXT, timeout=20_000)
                 proxy.restore()
                 # The search is asked again after the 503's Retry-After and answers.
