@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import gc
 import io
 import logging
 import signal
@@ -471,6 +472,7 @@ class ChatServer(Server):
         ]
 
     def run(self) -> None:
+        freeze_start_up()
         reactor.callWhenRunning(self._start_serving)
         super().run()
         # Whatever is still pending would otherwise be finalised by the garbage collector
@@ -482,6 +484,22 @@ class ChatServer(Server):
         if pending:
             loop.run_until_complete(asyncio.wait(pending, timeout=UNWIND_SECONDS))
         loop.run_until_complete(loop.shutdown_asyncgens())
+
+
+def freeze_start_up() -> None:
+    """Leave what start-up built (Django, the apps, their modules) out of every garbage collection from now on.
+
+    A full collection walks every object the collector tracks, in one piece, while nothing else
+    runs: in a process serving 200 streams, about 170,000 objects, 105,000 of them start-up's, for
+    80–130 ms in which no chunk went out. Frozen, start-up's objects are walked no more; what the
+    requests make is collected as before. Called before the process listens, so no request's
+    objects are frozen (a frozen object freed by its reference count still goes at once).
+    """
+    from django.urls import get_resolver
+
+    get_resolver().url_patterns  # noqa: B018 (loads the views and what they import, as a first request would)
+    gc.collect()  # start-up's garbage is freed, not frozen
+    gc.freeze()
 
 
 def _no_access_line(request) -> None:

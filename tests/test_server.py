@@ -566,3 +566,51 @@ def test_twisted_leaves_a_posted_form_to_django(content_type):
     request.requestReceived(b"POST", b"/api/attachments", b"HTTP/1.1")
     assert request.args == {}  # Twisted parsed nothing: Django parses the body, once
     assert request.content.read() == body
+
+
+# --- garbage collection -----------------------------------------------------------------
+
+
+class Cycle:
+    def __init__(self) -> None:
+        self.me = self
+
+
+@pytest.fixture
+def unfrozen():
+    import gc
+
+    yield gc
+    gc.unfreeze()  # this test process's objects go back to being collected
+
+
+def test_start_up_is_frozen_out_of_garbage_collection_but_its_garbage_is_collected_first(unfrozen):
+    import weakref
+
+    from chatsite.server import freeze_start_up
+
+    gc = unfrozen
+    gc.unfreeze()
+    garbage = Cycle()
+    gone = weakref.ref(garbage)
+    gc.collect()  # survived: in the oldest generation, which only a full collection sweeps
+    del garbage  # unreachable, but only the collector frees a cycle
+    assert gone() is not None
+    freeze_start_up()
+    assert gone() is None  # collected, not frozen
+    assert gc.get_freeze_count() > 10_000  # Django, the apps and the views' modules
+
+
+def test_the_server_freezes_start_up_before_it_listens(unfrozen, monkeypatch):
+    from daphne.server import Server
+    from twisted.internet import reactor
+
+    from chatsite.server import ChatServer
+
+    frozen_when_serving = []
+    monkeypatch.setattr(Server, "run", lambda self: frozen_when_serving.append(unfrozen.get_freeze_count()))
+    monkeypatch.setattr(reactor, "callWhenRunning", lambda *args: None)
+    unfrozen.unfreeze()
+    # Server.run is stubbed: it never listens.
+    ChatServer(application=None, endpoints=["tcp:port=0:interface=127.0.0.1"]).run()
+    assert frozen_when_serving and frozen_when_serving[0] > 10_000
