@@ -149,6 +149,10 @@ async def dispatch_all(receivers, dispatch) -> None:
             reader.cancel()
         # Their endings (cancelled, or the error raised above) are not raised again.
         await asyncio.gather(*readers, return_exceptions=True)
+        # The error raised above keeps this frame (in its traceback), and the frame the readers,
+        # one of which keeps the error: a cycle that held a closed socket's consumer, its session
+        # and all they refer to until the garbage collector's next full pass.
+        readers = done = reader = None
 
 
 class ChatConsumer(AsyncJsonWebsocketConsumer):

@@ -684,3 +684,31 @@ async def test_dispatch_all_passes_each_source_in_order_one_at_a_time_and_raises
     assert sorted(seen) == [("a", 0), ("a", 1), ("a", 2), ("b", 0), ("b", 1), ("b", 2)]
     assert [m for m in seen if m[0] == "a"] == [("a", 0), ("a", 1), ("a", 2)]
     assert [m for m in seen if m[0] == "b"] == [("b", 0), ("b", 1), ("b", 2)]
+
+
+async def test_dispatch_all_leaves_no_reference_cycle_for_the_garbage_collector():
+    """A closed socket's consumer (its StopConsumer raised by a reader) is freed at once, not at a collection."""
+    import gc
+    import weakref
+
+    from channels.exceptions import StopConsumer
+
+    from chat.consumers import dispatch_all
+
+    class Consumer:
+        async def dispatch(self, message):
+            raise StopConsumer()
+
+    consumer = Consumer()
+    gone = weakref.ref(consumer)
+    socket, layer = asyncio.Queue(), asyncio.Queue()
+    socket.put_nowait({"type": "websocket.disconnect"})
+    gc.disable()
+    try:
+        with pytest.raises(StopConsumer):
+            await dispatch_all([socket.get, layer.get], consumer.dispatch)
+        del consumer
+        await asyncio.sleep(0)  # one turn of the loop: the readers' done-callbacks let go of them
+        assert gone() is None
+    finally:
+        gc.enable()
