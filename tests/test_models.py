@@ -149,3 +149,23 @@ def test_rows_written_by_compiled_statements_match_the_orms_on_postgresql():
         code = "import django; django.setup(); from tests.test_models import rows_match_the_orm; rows_match_the_orm()"
         checked = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True)
         assert checked.returncode == 0, checked.stderr
+
+
+@pytest.mark.django_db
+def test_a_turns_rows_are_freed_without_the_garbage_collector(alice, providers):
+    """A turn's conversation and messages hold no cycle: a finished stream's rows go when it lets go of them."""
+    import gc
+    import weakref
+
+    from chat.models import CatalogEntry, begin_turn
+
+    gc.disable()
+    try:
+        turn = begin_turn(alice, CatalogEntry(providers["i14"], MODELS["i14"]), {}, content="hello there")
+        stored = Conversation.objects.get(pk=turn.conversation.pk)
+        assert stored.current_id == turn.conversation.current_id == turn.reply.pk
+        rows = [weakref.ref(row) for row in (turn.conversation, turn.user_message, turn.reply)]
+        del turn
+        assert [row() for row in rows] == [None, None, None]
+    finally:
+        gc.enable()

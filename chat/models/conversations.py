@@ -453,7 +453,9 @@ def _begin_turn(
                 Attachment.objects.attach_to(user_message, attachments)
         now = timezone.now()
         # In memory only for now (saved once, below, with the reply as current): the history ends with it.
-        conversation.current = reply or user_message
+        # The id, not the row: each message already refers to its conversation, and a reference
+        # back would make a cycle that keeps every turn's rows until the garbage collector runs.
+        conversation.current_id = (reply or user_message).pk
         conversation.model = entry.qualified
         conversation.updated = now
         if params:
@@ -498,7 +500,7 @@ def _begin_turn(
             reply.status, reply.model, reply.updated = Message.Status.STREAMING, entry.model, now
             reply.worker_id, reply.error, reply.finish_reason = worker_id, "", ""
             reply.save(update_fields=["status", "model", "updated", "worker", "error", "finish_reason"])
-        conversation.current = reply
+        conversation.current_id = reply.pk
         update_row(Conversation, conversation.pk, {
             "current": reply, "model": conversation.model, "updated": now, "params": conversation.params,
             "system_prompt": conversation.system_prompt,
