@@ -431,7 +431,7 @@ class Meter:
                 conversation.system_prompt = content
             else:
                 parent = conversation.messages.create(role=role, content=content, parent=parent)
-        conversation.current = conversation.messages.create(
+        answer = conversation.messages.create(
             parent=parent,
             role=Message.Role.ASSISTANT,
             content=self.state.text,
@@ -442,8 +442,9 @@ class Meter:
             error=error,
             model=self.entry.model,
         )
+        conversation.current_id = answer.pk  # the id, not the row: no cycle (as begin_turn)
         conversation.save(update_fields=["system_prompt", "current"])
-        return conversation.current
+        return answer
 
 
 async def models(request):

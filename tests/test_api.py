@@ -415,6 +415,7 @@ def test_api_conversations_can_be_stored(server, token, providers, settings):
     assert [m.role for m in conversation.messages.all()] == ["user", "assistant"]
     assert conversation.messages.last().content == answer.choices[0].message.content == "stored?"
     assert Usage.objects.get().message == conversation.messages.last()
+    assert conversation.current_id == conversation.messages.last().pk  # the page opens on the answer
 
 
 # --- what an upstream may send ---------------------------------------------------------
