@@ -13,12 +13,14 @@ interrupted with estimated usage and tells their watchers with `done`.
 Every API_CHECKPOINT_SECONDS each process writes its /v1 streams' tokens so far on their
 usage rows, which is what such a sweep keeps of them (/v1 keeps no text to estimate from).
 On SQLite it also copies the write-ahead log into the database file every second, so that no
-stream start has to.
+stream start has to. Every MEMORY_TRIM_SECONDS it gives the C library's free memory back to
+the system.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import logging
 from dataclasses import dataclass
 from datetime import timedelta
@@ -106,6 +108,8 @@ async def _start(loop: asyncio.AbstractEventLoop) -> Process | None:
     process.tasks.append(loop.create_task(_checkpoint_forever(), name="api-checkpoints"))
     if connection.vendor == "sqlite":
         process.tasks.append(loop.create_task(_checkpoint_wal_forever(), name="wal-checkpoints"))
+    if settings.MEMORY_TRIM_SECONDS > 0 and malloc_trim() is not None:
+        process.tasks.append(loop.create_task(_trim_memory_forever(), name="memory-trim"))
     if settings.REDIS_URL:  # other processes may own streams: keep our lease, sweep theirs
         process.tasks.append(loop.create_task(_renew_forever(process), name="lease"))
         process.tasks.append(loop.create_task(_sweep_forever(process), name="orphan-sweeper"))
@@ -261,6 +265,39 @@ async def _checkpoint_wal_forever(interval: float = WAL_CHECKPOINT_SECONDS) -> N
         await asyncio.sleep(interval)
         try:
             await checkpoint()
+        except Exception as exc:
+            outage.failed(exc)
+            continue
+        outage.over()
+
+
+# glibc's malloc keeps what the streams' larger objects (their chunks' bytes, their buffers and
+# dicts) free inside its heaps, in pieces between blocks still in use, and gives memory back to
+# the system only from the top of a heap. Under bench/soak.py's 200 streams the memory in use
+# stayed flat (28-32 MiB) while the free pieces grew from 4 to 10 MiB, and the RSS with them:
+# +1.5 then +0.7 MiB per 3-minute round. malloc_trim() returns every free page, in 1-15 ms on
+# a thread of its own; every 10 s, the rounds' ends came out level (-1.2 MiB).
+
+
+def malloc_trim():
+    """glibc's malloc_trim(), or None where the C library has none (musl, macOS)."""
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return None
+    trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+    return trim
+
+
+async def _trim_memory_forever() -> None:
+    """Give the C library's free memory back to the system every MEMORY_TRIM_SECONDS, off the loop."""
+    trim = malloc_trim()
+    outage = Outage("cannot give free memory back to the system", "free memory given back again")
+    while True:
+        await asyncio.sleep(settings.MEMORY_TRIM_SECONDS)
+        try:
+            # ctypes lets go of the GIL for the call; on a thread the loop's streams go on meanwhile.
+            await asyncio.to_thread(trim, 0)
         except Exception as exc:
             outage.failed(exc)
             continue

@@ -452,6 +452,9 @@ API_SLOW_CLIENT_SECONDS = env_number("API_SLOW_CLIENT_SECONDS", 30.0, float)
 CHAT_SLOW_CLIENT_SECONDS = env_number("CHAT_SLOW_CLIENT_SECONDS", 30.0, float)
 # On SIGTERM: no new connections, running streams get this long to finish, then are interrupted.
 SHUTDOWN_GRACE_SECONDS = env_number("SHUTDOWN_GRACE_SECONDS", 20.0, float)
+# Each serving process gives the C library's free memory back to the system this often,
+# seconds (chat/process.py); 0: never (its RSS then keeps what a busy spell once took).
+MEMORY_TRIM_SECONDS = env_number("MEMORY_TRIM_SECONDS", 10.0, float)
 
 if not 0 < CHAT_COALESCE_MS <= 30:
     raise ImproperlyConfigured("CHAT_COALESCE_MS must be between 1 and 30")
