@@ -95,7 +95,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--chunks", type=int, default=100)
     parser.add_argument("--delay", type=int, default=20, help="ms between chunks (20: 50 a second)")
-    parser.add_argument("--settle", type=float, default=10, help="idle seconds before RSS is read after a round")
+    # Longer than the server's MEMORY_TRIM_SECONDS (10 s): a trim has run since the last stream ended.
+    parser.add_argument("--settle", type=float, default=15, help="idle seconds before RSS is read after a round")
     parser.add_argument("--database-url")
     parser.add_argument("--out", type=Path, default=RESULTS, help="folder for the JSON")
     args = parser.parse_args()
