@@ -108,8 +108,9 @@ async def _start(loop: asyncio.AbstractEventLoop) -> Process | None:
     process.tasks.append(loop.create_task(_checkpoint_forever(), name="api-checkpoints"))
     if connection.vendor == "sqlite":
         process.tasks.append(loop.create_task(_checkpoint_wal_forever(), name="wal-checkpoints"))
-    if settings.MEMORY_TRIM_SECONDS > 0 and malloc_trim() is not None:
-        process.tasks.append(loop.create_task(_trim_memory_forever(), name="memory-trim"))
+    trim = malloc_trim() if settings.MEMORY_TRIM_SECONDS > 0 else None
+    if trim is not None:
+        process.tasks.append(loop.create_task(_trim_memory_forever(trim), name="memory-trim"))
     if settings.REDIS_URL:  # other processes may own streams: keep our lease, sweep theirs
         process.tasks.append(loop.create_task(_renew_forever(process), name="lease"))
         process.tasks.append(loop.create_task(_sweep_forever(process), name="orphan-sweeper"))
@@ -289,9 +290,8 @@ def malloc_trim():
     return trim
 
 
-async def _trim_memory_forever() -> None:
-    """Give the C library's free memory back to the system every MEMORY_TRIM_SECONDS, off the loop."""
-    trim = malloc_trim()
+async def _trim_memory_forever(trim) -> None:
+    """Give the C library's free memory back to the system with `trim` every MEMORY_TRIM_SECONDS, off the loop."""
     outage = Outage("cannot give free memory back to the system", "free memory given back again")
     while True:
         await asyncio.sleep(settings.MEMORY_TRIM_SECONDS)
