@@ -17,8 +17,8 @@ from django.views.decorators.csrf import csrf_exempt
 from . import budgets, busy, db, limits, process, upstream
 from .apiauth import authenticate, bearer, caller
 from .models import (
-    Access,
     ApiToken,
+    CatalogCold,
     CatalogEntry,
     ChatError,
     Conversation,
@@ -26,9 +26,11 @@ from .models import (
     Provider,
     Usage,
     access_for,
+    cached_catalog,
     client,
     fit,
     insert_row,
+    resolve_in,
     stream_state,
     timeouts,
 )
@@ -102,10 +104,12 @@ class SSEResponse(StreamingHttpResponse):
             await self._cleanup.aclose()
 
 
-def caller_and_providers(secret: str) -> tuple[ApiToken, Access, list[Provider]] | None:
-    """The token, what its owner may use and the enabled providers: one trip to a database thread, not two."""
-    found = caller(secret)
-    return None if found is None else (*found, Provider.objects.enabled_list())
+class Refused(Exception):
+    """A request answered without going upstream: `response` says why (a bad token, model or request)."""
+
+    def __init__(self, response: HttpResponse) -> None:
+        super().__init__(response.status_code)
+        self.response = response
 
 
 @csrf_exempt
@@ -113,38 +117,30 @@ async def chat_completions(request):
     if request.method != "POST":
         return openai_error(405, "Use POST.", "invalid_request_error", "method_not_allowed")
     secret = bearer(request)
-    found = None if secret is None else await db.run(caller_and_providers)(secret)
-    if found is None:
+    if secret is None:
         return unauthorized()
-    token, access, providers = found
     try:
-        body = parse_request(
+        body, invalid = parse_request(
             request.body, max_tokens=settings.MAX_TOKENS_LIMIT, max_n=settings.API_MAX_N,
             max_image_bytes=settings.ATTACHMENT_MAX_FILE_BYTES,
-        )  # fmt: skip
+        ), None  # fmt: skip
     except RequestError as exc:
-        return HttpResponse(exc.body(), status=exc.status, content_type="application/json")
+        body, invalid = None, exc  # said only once the token is known good: a bad one is a 401 first
+    meter = Meter(body)
+    # The usage row records this process's lease: if the process dies, another one closes the row.
+    await process.ensure_started()
+    meter.worker_id = process.worker_id()
+    # One trip to a database thread (chat/db.py) before anything goes upstream. A short wait for
+    # SQLite's write lock: a busy database is a quick 503 with Retry-After. The thread keeps its
+    # connection: a stream does not hold one while it runs.
+    opening = db.run(busy.waiting_briefly(meter.open))
     try:
-        entry = await Provider.objects.aresolve(body["model"], access, providers=providers)
-    except ChatError as exc:
-        if exc.code == "model_not_allowed":  # i14's own refusal of a model, in its shape
-            return openai_error(403, exc.detail, "permission_error", "model_not_allowed")
-        return openai_error(404, exc.detail, "invalid_request_error", "model_not_found")
-    if has_images(body["messages"]) and not entry.provider.accepts_images(entry.model):
-        return openai_error(
-            400, f"{entry.model} does not accept images (image_url parts) on this server.",
-            "invalid_request_error", "images_not_supported",
-        )  # fmt: skip
-    payload, wants_usage = upstream_body(body, entry.model, settings.UPSTREAM_MAX_TOKENS)
-    meter = Meter(token, entry, body)
-    try:
-        # The usage row records this process's lease: if the process dies, another one closes the row.
-        await process.ensure_started()
-        meter.worker_id = process.worker_id()
-        # A short wait for SQLite's write lock: a busy database is a quick 503 with Retry-After.
-        # It runs on a database thread (chat/db.py), whose connection stays with the thread: a
-        # stream does not hold one while it runs.
-        await db.run(busy.waiting_briefly(meter.begin))()
+        try:
+            await opening(secret, invalid)
+        except CatalogCold as cold:  # a provider's model list, not fetched yet in this process or expired
+            await opening(secret, invalid, await Provider.objects.acatalog(providers=cold.providers))
+    except Refused as exc:
+        return exc.response
     except limits.LimitExceeded as exc:
         return too_many(exc)
     except busy.UNAVAILABLE as exc:
@@ -153,9 +149,12 @@ async def chat_completions(request):
     except budgets.BudgetExceeded as exc:
         return await over_budget(meter, exc)
     except Exception:
+        if meter.entry is None:  # not a failure to record: a bug before it (a logged 500)
+            raise
         # Nothing went upstream: an unmetered request is not sent at all.
-        log.exception("could not start API usage for %s", token.user)
+        log.exception("could not start API usage for %s", meter.token.user)
         return openai_error(503, "The server could not record this request; try again.", "server_error", "unavailable")
+    payload, wants_usage = upstream_body(body, meter.entry.model, settings.UPSTREAM_MAX_TOKENS)
     if body.get("stream"):
         flow = getattr(request, "scope", {}).get("extensions", {}).get("chatsite.flow")
         return await stream_completion(meter, payload, wants_usage, flow)
@@ -307,15 +306,47 @@ def upstream_error(exc: upstream.UpstreamError) -> HttpResponse:
 class Meter:
     """Everything needed to write the usage row (and, if configured, the conversation) of one request."""
 
-    def __init__(self, token: ApiToken, entry: CatalogEntry, body: dict) -> None:
-        self.token = token
-        self.entry = entry
+    def __init__(self, body: dict | None) -> None:
         self.body = body
         self.started = timezone.now()
-        self.state = stream_state(asyncio.get_running_loop().time(), entry.provider.api_key)
+        self.started_at = asyncio.get_running_loop().time()
+        self.token: ApiToken | None = None
+        self.entry: CatalogEntry | None = None
+        self.state: upstream.StreamState | None = None  # once the provider is known: its key is scrubbed from errors
         self.recorded = False
         self.usage_id: int | None = None
         self.worker_id: int | None = None
+
+    def open(self, secret: str, invalid: RequestError | None, catalog: list[CatalogEntry] | None = None) -> None:
+        """Everything before the upstream request, on a database thread: the token, the model, the usage row.
+
+        Raises Refused with the answer for a bad token (401), then a bad request (`invalid`, 400), a
+        model not found or not allowed (404, 403) or images to a model without them (400). The model
+        is looked up in `catalog`, or in the model lists this process holds (CatalogCold if one is
+        missing: the caller fetches them and calls again with the catalog).
+        """
+        found = caller(secret)
+        if found is None:
+            raise Refused(unauthorized())
+        if invalid is not None:
+            raise Refused(HttpResponse(invalid.body(), status=invalid.status, content_type="application/json"))
+        token, access = found
+        if catalog is None:
+            catalog = cached_catalog(Provider.objects.enabled_list())
+        try:
+            entry = resolve_in(catalog, self.body["model"], access)
+        except ChatError as exc:
+            if exc.code == "model_not_allowed":  # i14's own refusal of a model, in its shape
+                raise Refused(openai_error(403, exc.detail, "permission_error", "model_not_allowed")) from None
+            raise Refused(openai_error(404, exc.detail, "invalid_request_error", "model_not_found")) from None
+        if has_images(self.body["messages"]) and not entry.provider.accepts_images(entry.model):
+            raise Refused(openai_error(
+                400, f"{entry.model} does not accept images (image_url parts) on this server.",
+                "invalid_request_error", "images_not_supported",
+            ))  # fmt: skip
+        self.token, self.entry = token, entry
+        self.state = stream_state(self.started_at, entry.provider.api_key)
+        self.begin()
 
     def begin(self) -> None:
         """Write the usage row as `streaming` before anything goes upstream, if the limits allow.

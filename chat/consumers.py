@@ -22,7 +22,19 @@ from . import busy, db, generation, params, process, sessions
 from .generation import Job, conversation_group, frame, snapshot_frames
 from .language import language_from_scope
 from .limits import FRAME_LIMIT_CLOSE_CODE, FrameLimiter
-from .models import ChatDefaults, ChatError, Conversation, Message, Provider, access_of, begin_turn, branches
+from .models import (
+    CatalogCold,
+    ChatDefaults,
+    ChatError,
+    Conversation,
+    Message,
+    Provider,
+    access_of,
+    begin_turn,
+    branches,
+    cached_catalog,
+    resolve_in,
+)
 from .models.attachments import MAX_PER_MESSAGE as MAX_ATTACHMENTS
 
 # Frames that start a stream re-check the session first (cached for CHAT_SESSION_CHECK_SECONDS).
@@ -106,7 +118,7 @@ def parse_attachments(value: Any) -> list[int]:
 
 
 def turn_inputs(user, conversation_id: int | None) -> tuple:
-    """What a turn's start reads before it resolves its model, in one trip to a database thread, not three.
+    """What a turn's start reads before it resolves its model.
 
     An existing conversation's model (None: not this user's), a new chat's defaults (None for an
     existing one), what the user may use, and the enabled providers.
@@ -118,6 +130,36 @@ def turn_inputs(user, conversation_id: int | None) -> tuple:
         models = Conversation.objects.owned_by(user).filter(pk=conversation_id).values_list("model", flat=True)
         stored = models.first()
     return stored, defaults, access_of(user), Provider.objects.enabled_list()
+
+
+def open_turn(user, model: str | None, params: dict, catalog: list | None, *, conversation_id: int | None,
+              **turn) -> tuple:  # fmt: skip
+    """A turn's whole start on the database, in one trip to a database thread: (Turn, CatalogEntry).
+
+    The model asked for, else the conversation's, else (a new chat) the person's default, is
+    resolved in `catalog`, or, without one, in the model lists this process holds (CatalogCold
+    if one is missing: the caller fetches them and calls again with the catalog). Then
+    begin_turn stores the turn; `turn` is its keyword arguments.
+    """
+    stored, defaults, access, providers = turn_inputs(user, conversation_id)
+    if conversation_id is not None:
+        if stored is None:
+            raise ChatError("not_found", _("No such conversation."))
+        model = model or stored
+    asked = model
+    if defaults is not None:  # a new chat: what it does not set comes from the person's defaults
+        model, params, turn["system_prompt"] = defaults.apply(model, params, turn.get("system_prompt"))
+    if catalog is None:
+        catalog = cached_catalog(providers)
+    try:
+        entry = resolve_in(catalog, model, access)
+    except ChatError:
+        if model == asked:
+            raise
+        entry = resolve_in(catalog, asked, access)  # a default model no longer offered
+    if conversation_id is None and turn.get("system_prompt") is None and access.system_prompt:
+        turn["system_prompt"] = access.system_prompt  # the group's default for a new chat
+    return begin_turn(user, entry, params, conversation_id=conversation_id, **turn), entry
 
 
 async def dispatch_all(receivers, dispatch) -> None:
@@ -385,30 +427,22 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         if model is not None and not isinstance(model, str):
             raise ChatError("bad_field", _("`model` must be a string."))
         params = parse_params(fields.get("params"))
-        stored, defaults, access, providers = await db.run(turn_inputs)(self.user, conversation_id)
-        if conversation_id is not None:
-            if stored is None:
-                raise ChatError("not_found", _("No such conversation."))
-            model = model or stored
-        asked = model
-        if defaults is not None:  # a new chat: what it does not set comes from the person's defaults
-            model, params, turn["system_prompt"] = defaults.apply(model, params, turn.get("system_prompt"))
-        try:
-            entry = await Provider.objects.aresolve(model, access, providers=providers)
-        except ChatError:
-            if model == asked:
-                raise
-            # a default model no longer offered
-            entry = await Provider.objects.aresolve(asked, access, providers=providers)
-        if conversation_id is None and turn.get("system_prompt") is None and access.system_prompt:
-            turn["system_prompt"] = access.system_prompt  # the group's default for a new chat
         await process.ensure_started()
-        # A short wait for SQLite's lock: this runs on the thread every socket's database work shares.
-        turn = await db.run(busy.waiting_briefly(begin_turn))(
-            self.user, entry, params, conversation_id=conversation_id, worker_id=process.worker_id(), **turn
-        )
-        await self.watch(turn.conversation.pk)
-        generation.start(Job.for_turn(turn, entry.provider, entry.model, turn.conversation.params))
+
+        def opening(catalog):
+            # One trip to a database thread (chat/db.py), with a short wait for SQLite's lock: this
+            # runs on the thread every socket's database work shares.
+            return db.run(busy.waiting_briefly(open_turn))(
+                self.user, model, params, catalog, conversation_id=conversation_id, worker_id=process.worker_id(),
+                **turn,
+            )  # fmt: skip
+
+        try:
+            started, entry = await opening(None)
+        except CatalogCold as cold:  # a provider's model list, not fetched yet in this process or expired
+            started, entry = await opening(await Provider.objects.acatalog(providers=cold.providers))
+        await self.watch(started.conversation.pk)
+        generation.start(Job.for_turn(started, entry.provider, entry.model, started.conversation.params))
 
     async def on_stop(self, fields: dict) -> None:
         message_id = parse_id(fields, "message")

@@ -8,6 +8,7 @@ import time
 
 import httpx
 import openai
+import orjson
 import pytest
 from django.core.management import call_command
 from django.utils import timezone
@@ -469,3 +470,33 @@ def test_reply_and_response_caps(token, providers):
             )
         assert caught.value.status_code == 502 and "larger than 20000 bytes" in caught.value.message
         assert Usage.objects.get().status == "failed"
+
+
+async def test_a_start_is_one_database_trip_before_the_upstream_request(token, providers, fake, monkeypatch):
+    """The token, the model and the usage row in one trip; a model list not held yet is fetched, then one more."""
+    from chat import db
+    from chatsite.middleware import ASGIHandler
+    from tests.test_completions import answer, scope
+
+    trips = []
+    run = db.run
+
+    def counted(function):
+        call = run(function)
+
+        async def trip(*args, **kwargs):
+            trips.append((function.__name__, len(fake.app.streams)))  # and how many requests went upstream
+            return await call(*args, **kwargs)
+
+        return trip
+
+    monkeypatch.setattr(db, "run", counted)
+    request = scope(headers=[(b"authorization", b"Bearer " + token.encode())])
+    body = orjson.dumps(message("hi", stream=True))
+    status, _, streamed = await answer(ASGIHandler(), request, body)
+    assert status == 200 and streamed.endswith(b"data: [DONE]\n\n")
+    assert trips[0] == ("open", 0) and ("open", 0) in trips[1:]  # cold: GET /models in between, then again
+    trips.clear()
+    status, _, streamed = await answer(ASGIHandler(), request, body)
+    assert status == 200 and streamed.endswith(b"data: [DONE]\n\n")
+    assert trips == [("open", 1), ("_save", 2)]

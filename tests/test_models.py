@@ -169,3 +169,33 @@ def test_a_turns_rows_are_freed_without_the_garbage_collector(alice, providers):
         assert [row() for row in rows] == [None, None, None]
     finally:
         gc.enable()
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_start_resolves_its_model_from_the_lists_this_process_holds(providers):
+    """A stream's start resolves its model on a database thread, with no I/O: a list not held yet is fetched first."""
+    from chat import db
+    from chat.models import CatalogCold, ChatError, Provider, cached_catalog, resolve_in
+
+    enabled = await db.run(Provider.objects.enabled_list)()
+    with pytest.raises(CatalogCold) as cold:
+        cached_catalog(enabled)  # new providers: none of their GET /models answers is held yet
+    assert cold.value.providers == enabled
+    fetched = await Provider.objects.acatalog(providers=enabled)
+    assert cached_catalog(enabled) == fetched and len(fetched) >= len(enabled)
+    entry = resolve_in(fetched, "infyrence/" + MODELS["infyrence"])
+    assert (entry.provider.name, entry.model) == ("infyrence", MODELS["infyrence"])
+    with pytest.raises(ChatError) as unknown:
+        resolve_in(fetched, "no-such-model")
+    assert unknown.value.code == "unknown_model"
+
+    # A provider edited since its list was fetched is fetched again; one with a configured list never is.
+    edited = providers["api14"]
+    edited.model_list = "listed-by-staff"
+    await edited.asave()
+    enabled = await db.run(Provider.objects.enabled_list)()
+    assert [entry.model for entry in cached_catalog([p for p in enabled if p.pk == edited.pk])] == ["listed-by-staff"]
+    providers["i14"].default_model = "another-default"
+    await providers["i14"].asave()
+    with pytest.raises(CatalogCold):
+        cached_catalog(await db.run(Provider.objects.enabled_list)())

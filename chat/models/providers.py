@@ -97,24 +97,8 @@ class ProviderQuerySet(models.QuerySet):
     async def aresolve(
         self, model: str | None, access: Access | None = None, *, providers: list | None = None
     ) -> CatalogEntry:
-        """The provider and model id for a requested model (plain, or `provider/model`).
-
-        With `access` (chat/models/access.py), a model that person may not use is refused
-        (`model_not_allowed`), and no model means their group's default, else the site's.
-        """
-        catalog = await self.acatalog(providers=providers)
-        if not catalog:
-            raise ChatError("no_provider", _("No upstream provider is enabled."))
-        if not model:
-            return default_entry(catalog, access)
-        entry = find(catalog, model)
-        if entry is None:
-            raise ChatError("unknown_model", _("Unknown model %(model)r.") % {"model": model})
-        if access is not None and not access.allows(entry.provider.pk, entry.model):
-            raise ChatError(
-                "model_not_allowed", _("You may not use the model %(model)r; ask an administrator.") % {"model": model}
-            )
-        return entry
+        """The provider and model id for a requested model (plain, or `provider/model`); see resolve_in()."""
+        return resolve_in(await self.acatalog(providers=providers), model, access)
 
     def sync_from_settings(self) -> Provider | None:
         """Create or update the provider named by UPSTREAM_* (or the demo one) at start-up."""
@@ -143,6 +127,48 @@ class ProviderQuerySet(models.QuerySet):
             )
             return provider
         return None
+
+
+class CatalogCold(Exception):
+    """A provider's model list is not cached in this process: it must be fetched, on the event loop, first."""
+
+    def __init__(self, providers: list[Provider]) -> None:
+        super().__init__("a provider's model list is not cached")
+        self.providers = providers
+
+
+def cached_catalog(providers: list[Provider]) -> list[CatalogEntry]:
+    """acatalog() from the model lists this process holds, with no I/O: for a database thread's use.
+
+    Raises CatalogCold if a list is missing or stale; the caller awaits acatalog() and tries again with it.
+    """
+    catalog = []
+    for provider in providers:
+        ids = provider.cached_model_ids()
+        if ids is None:
+            raise CatalogCold(providers)
+        catalog.extend(CatalogEntry(provider, model) for model in ids)
+    return catalog
+
+
+def resolve_in(catalog: list[CatalogEntry], model: str | None, access: Access | None = None) -> CatalogEntry:
+    """The entry of `catalog` (every enabled provider's models) that a requested model names.
+
+    With `access` (chat/models/access.py), a model that person may not use is refused
+    (`model_not_allowed`), and no model means their group's default, else the site's.
+    """
+    if not catalog:
+        raise ChatError("no_provider", _("No upstream provider is enabled."))
+    if not model:
+        return default_entry(catalog, access)
+    entry = find(catalog, model)
+    if entry is None:
+        raise ChatError("unknown_model", _("Unknown model %(model)r.") % {"model": model})
+    if access is not None and not access.allows(entry.provider.pk, entry.model):
+        raise ChatError(
+            "model_not_allowed", _("You may not use the model %(model)r; ask an administrator.") % {"model": model}
+        )
+    return entry
 
 
 def find(catalog: list[CatalogEntry], model: str) -> CatalogEntry | None:
@@ -280,14 +306,21 @@ class Provider(models.Model):
         marked = {line.strip() for line in self.image_models.splitlines() if line.strip()}
         return "*" in marked or model in marked
 
-    async def amodel_ids(self) -> list[str]:
-        """This provider's models: the configured list, else GET /models (cached a few minutes)."""
+    def cached_model_ids(self) -> list[str] | None:
+        """This provider's models without I/O: the configured list, else GET /models's if cached; else None."""
         listed = [line.strip() for line in self.model_list.splitlines() if line.strip()]
         if listed:
             return listed
         cached = _model_cache.get(self.pk)
         if cached and cached[0] > time.monotonic() and cached[1] == self.updated:
             return cached[2]
+        return None
+
+    async def amodel_ids(self) -> list[str]:
+        """This provider's models: the configured list, else GET /models (cached a few minutes)."""
+        ids = self.cached_model_ids()
+        if ids is not None:
+            return ids
         # Requests that find the cache empty at once share one GET /models (not one each).
         return list(await inflight.shared(("models", self.pk, self.updated), self._list_model_ids))
 
