@@ -18,7 +18,8 @@ from django.conf import settings
 from django.utils import translation
 from django.utils.translation import gettext as _
 
-from . import busy, db, generation, params, process, sessions
+from . import busy, db, generation, process, sessions
+from .fields import parse_attachments, parse_content, parse_id, parse_params, parse_system_prompt
 from .generation import Job, conversation_group, frame, snapshot_frames
 from .language import language_from_scope
 from .limits import FRAME_LIMIT_CLOSE_CODE, FrameLimiter
@@ -35,7 +36,6 @@ from .models import (
     cached_catalog,
     resolve_in,
 )
-from .models.attachments import MAX_PER_MESSAGE as MAX_ATTACHMENTS
 
 # Frames that start a stream re-check the session first (cached for CHAT_SESSION_CHECK_SECONDS).
 SESSION_CHECKED_FRAMES = frozenset({"send", "regenerate", "edit", "continue"})
@@ -48,73 +48,6 @@ log = logging.getLogger(__name__)
 SNAPSHOT_WAIT = 3.0
 # attaching[reply] when the snapshot came from the database: no delta lines up with it.
 FROM_DATABASE = -1
-
-
-def parse_id(fields: dict, name: str, *, optional: bool = False) -> int | None:
-    value = fields.get(name)
-    if value is None and optional:
-        return None
-    if not params.is_int(value) or value < 1:
-        raise ChatError("bad_field", _("`%(name)s` must be a positive integer id.") % {"name": name})
-    return value
-
-
-def parse_params(value: Any) -> dict[str, Any]:
-    """The request parameters a user may set, checked by type and range (chat/params.py)."""
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise ChatError("bad_field", _("`params` must be an object."))
-    result: dict[str, Any] = {}
-    for name, item in value.items():
-        if item is not None and name in params.CHAT_PARAMS:
-            try:
-                item = params.check_param(name, item, max_tokens=settings.MAX_TOKENS_LIMIT)
-            except params.ParamError as exc:
-                raise ChatError("bad_param", exc.message) from None
-        elif name not in params.CHAT_PARAMS:
-            raise ChatError("bad_param", _("Unknown parameter `%(name)s`.") % {"name": name})
-        result[name] = item  # None unsets a value stored on the conversation
-    return result
-
-
-def parse_system_prompt(value: Any) -> str | None:
-    """The same limit as the conversation PATCH."""
-    if value is None:
-        return None
-    try:
-        return params.check_system_prompt(value)
-    except params.ParamError as exc:
-        raise ChatError("bad_field", exc.message) from None
-
-
-def parse_content(value: Any, *, blank: bool = False) -> str:
-    """The message's text; `blank` allows an empty one (a message of attachments alone)."""
-    if not isinstance(value, str):
-        raise ChatError("bad_field", _("`content` must be a string."))
-    if not value.strip() and not blank:
-        raise ChatError("empty_content", _("The message is empty."))
-    if len(value.encode()) > settings.CHAT_MAX_CONTENT_BYTES:
-        raise ChatError(
-            "too_long",
-            _("The message is longer than %(bytes)s bytes.") % {"bytes": settings.CHAT_MAX_CONTENT_BYTES},
-        )
-    return value
-
-
-def parse_attachments(value: Any) -> list[int]:
-    """The ids of uploads (POST /api/attachments) to send with the message."""
-    if value is None:
-        return []
-    if not isinstance(value, list) or len(value) > MAX_ATTACHMENTS or len(set(map(str, value))) != len(value):
-        raise ChatError(
-            "bad_field",
-            _("`attachments` must be a list of at most %(count)s different ids.") % {"count": MAX_ATTACHMENTS},
-        )
-    for item in value:
-        if not params.is_int(item) or item < 1:
-            raise ChatError("bad_field", _("`attachments` must hold positive integer ids."))
-    return value
 
 
 def turn_inputs(user, conversation_id: int | None) -> tuple:

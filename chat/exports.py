@@ -11,7 +11,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from django.utils.translation import gettext as _
 
-from .consumers import parse_params
+from .fields import parse_params
 from .models import ChatError, Conversation, Message
 from .params import MAX_SYSTEM_PROMPT
 

@@ -12,7 +12,7 @@ from django.utils.translation import gettext as _
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods
 
-from .consumers import parse_params
+from .fields import parse_params
 from .models import ChatDefaults, ChatError, PromptPreset
 from .models.base import MODEL_MAX_LENGTH
 from .models.presets import MAX_PRESET_TEXT

@@ -17,7 +17,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from . import budgets, params
-from .consumers import parse_params, parse_system_prompt
+from .fields import parse_params, parse_system_prompt
 from .models import ApiToken, ChatError, Conversation, ConversationRead, Message, Provider, access_for
 from .models.attachments import MAX_PER_MESSAGE as MAX_ATTACHMENTS
 from .process import control_request
