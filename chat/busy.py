@@ -37,21 +37,31 @@ def is_unavailable(exc: BaseException) -> bool:
 
 @contextmanager
 def short_wait(seconds: float):
-    """Wait at most `seconds` for SQLite's write lock in this block (the busy timeout is 20 s otherwise)."""
+    """Wait at most `seconds` for SQLite's write lock in this block (the busy timeout is 20 s otherwise).
+
+    Inside another short wait the shorter of the two holds, and the outer one's comes back after:
+    a stream's start notes its token's use (0.1 s) inside its own wait.
+    """
     if connection.vendor != "sqlite":
         yield
         return
     connection.ensure_connection()
+    outer = getattr(connection, "short_wait", None)
+    if outer is not None:
+        seconds = min(seconds, outer)
     with connection.cursor() as cursor:
         cursor.execute(f"PRAGMA busy_timeout = {int(seconds * 1000)}")
+    connection.short_wait = seconds
     try:
         yield
     finally:
-        timeout = settings.DATABASES["default"].get("OPTIONS", {}).get("timeout", 5)
+        connection.short_wait = outer
+        timeout = settings.DATABASES["default"].get("OPTIONS", {}).get("timeout", 5) if outer is None else outer
         try:
             with connection.cursor() as cursor:
                 cursor.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
         except DatabaseError:
+            connection.short_wait = None
             connection.close()  # a fresh connection gets the configured timeout back
 
 

@@ -156,6 +156,31 @@ def test_the_usage_of_an_answer_given_while_the_lock_is_held_is_recorded_once_it
     assert site.count("chat_usage", "status = 'streaming'") == 0  # ended, tokens and all
 
 
+@pytest.mark.django_db
+def test_a_short_wait_inside_another_gives_the_outer_ones_back():
+    """A start notes its token's use (0.1 s) inside its own short wait, which must hold after it, not 20 s."""
+    from django.db import connection
+
+    from chat import busy
+
+    def current() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute("PRAGMA busy_timeout")
+            return cursor.fetchone()[0]
+
+    connection.ensure_connection()
+    configured = current()
+    with busy.short_wait(2):
+        assert current() == 2000
+        with busy.short_wait(0.1):
+            assert current() == 100
+        assert current() == 2000
+        with busy.short_wait(5):
+            assert current() == 2000  # the shorter of the two
+        assert current() == 2000
+    assert current() == configured > 2000
+
+
 def test_a_database_that_is_down_answers_503_with_retry_after_everywhere(site):
     # PostgreSQL on a port where nothing listens: every query fails to connect.
     with socket.socket() as closed:
