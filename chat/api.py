@@ -18,7 +18,6 @@ from . import budgets, busy, db, limits, process, upstream
 from .apiauth import authenticate, bearer, caller
 from .models import (
     ApiToken,
-    CatalogCold,
     CatalogEntry,
     ChatError,
     Conversation,
@@ -33,6 +32,7 @@ from .models import (
     resolve_in,
     stream_state,
     timeouts,
+    with_catalog,
 )
 from .params import has_images
 from .relay import (
@@ -135,10 +135,7 @@ async def chat_completions(request):
     # connection: a stream does not hold one while it runs.
     opening = db.run(busy.waiting_briefly(meter.open))
     try:
-        try:
-            await opening(secret, invalid)
-        except CatalogCold as cold:  # a provider's model list, not fetched yet in this process or expired
-            await opening(secret, invalid, await Provider.objects.acatalog(providers=cold.providers))
+        await with_catalog(lambda catalog: opening(secret, invalid, catalog))
     except Refused as exc:
         return exc.response
     except limits.LimitExceeded as exc:

@@ -24,7 +24,6 @@ from .generation import Job, conversation_group, frame, snapshot_frames
 from .language import language_from_scope
 from .limits import FRAME_LIMIT_CLOSE_CODE, FrameLimiter
 from .models import (
-    CatalogCold,
     ChatDefaults,
     ChatError,
     Conversation,
@@ -35,6 +34,7 @@ from .models import (
     branches,
     cached_catalog,
     resolve_in,
+    with_catalog,
 )
 
 # Frames that start a stream re-check the session first (cached for CHAT_SESSION_CHECK_SECONDS).
@@ -370,10 +370,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
                 **turn,
             )  # fmt: skip
 
-        try:
-            started, entry = await opening(None)
-        except CatalogCold as cold:  # a provider's model list, not fetched yet in this process or expired
-            started, entry = await opening(await Provider.objects.acatalog(providers=cold.providers))
+        started, entry = await with_catalog(opening)
         await self.watch(started.conversation.pk)
         generation.start(Job.for_turn(started, entry.provider, entry.model, started.conversation.params))
 

@@ -46,6 +46,7 @@ from .providers import (
     resolve_in,
     stream_state,
     timeouts,
+    with_catalog,
 )
 from .reviews import ConversationRead, ConversationReadQuerySet
 from .rollups import PersonDay, PersonMonth, TokenMonth, UsageDay
@@ -118,4 +119,5 @@ __all__ = [
     "stream_state",
     "timeouts",
     "update_row",
+    "with_catalog",
 ]

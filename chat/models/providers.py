@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -18,6 +20,7 @@ from .access import Access
 from .base import MODEL_MAX_LENGTH, ChatError, rows_of
 
 log = logging.getLogger(__name__)
+R = TypeVar("R")
 
 
 DEMO_PROVIDER = "demo"
@@ -149,6 +152,14 @@ def cached_catalog(providers: list[Provider]) -> list[CatalogEntry]:
             raise CatalogCold(providers)
         catalog.extend(CatalogEntry(provider, model) for model in ids)
     return catalog
+
+
+async def with_catalog(opening: Callable[[list[CatalogEntry] | None], Awaitable[R]]) -> R:
+    """`await opening(None)`, which resolves from cached_catalog(); if a list is not held, fetch it and call again."""
+    try:
+        return await opening(None)
+    except CatalogCold as cold:  # a provider's model list, not fetched yet in this process or expired
+        return await opening(await Provider.objects.acatalog(providers=cold.providers))
 
 
 def resolve_in(catalog: list[CatalogEntry], model: str | None, access: Access | None = None) -> CatalogEntry:
