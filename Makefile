@@ -1,4 +1,5 @@
 # The two commands: `make run` (set up and serve on http://127.0.0.1:8000) and `make test`;
+# `make check` while working: ruff and the tests that are not marked browser, cluster or slow;
 # `make lock` after changing requirements.txt, requirements-ldap.txt or tests/requirements.txt.
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -7,7 +8,7 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test lint bench bench-deps bench-lock lock
+.PHONY: run test check lint bench bench-deps bench-lock lock
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -48,13 +49,35 @@ run: $(VENV)/.server-deps
 	echo "Serving on http://$(HOST):$$PORT/" && \
 	exec $(BIN)/python -m chatsite.server -b $(HOST) -p "$$PORT" chatsite.asgi:application
 
+# The tests run in parallel workers (pytest-xdist), each with its own test database and Redis prefix;
+# a file's tests stay on one worker (its module-scoped servers and browsers start once), and the
+# heaviest files are handed out first (tests/conftest.py). They mostly wait on servers in other
+# processes: more workers than cores pays.
+TEST_WORKERS ?= 4
+PYTEST = $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
+
 # prepare.sh first: it installs the Debian packages python-ldap (requirements-ldap.txt) builds against.
+# bench/.venv too: tests/views/test_litellm_client.py runs the real litellm client from it (litellm stays
+# out of the tests' lock), and fails rather than skips without it (BENCH_VENV_REQUIRED).
 test: | $(BIN)/python
+	tests/prepare.sh
+	$(MAKE) $(VENV)/.test-deps
+	$(MAKE) bench/.venv/.deps
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
+	# Bytecode written once here, even where PYTHONDONTWRITEBYTECODE is set: every server a test starts
+	# would otherwise compile the project's modules again (a few tenths of a second each, on a busy machine more).
+	$(BIN)/python -m compileall -q -j 0 chat chatsite fakeupstream tests
+	BENCH_VENV_REQUIRED=1 $(PYTEST) --durations=25
+
+check: | $(BIN)/python
 	tests/prepare.sh
 	$(MAKE) $(VENV)/.test-deps
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/python -m pytest
+	$(BIN)/lint-imports
+	$(PYTEST) -m "not browser and not cluster and not slow"
 
 lint: $(VENV)/.test-deps
 	$(BIN)/ruff check --fix .

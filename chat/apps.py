@@ -14,11 +14,25 @@ class ChatConfig(AppConfig):
     def ready(self) -> None:
         from django.db.models.signals import post_migrate
 
-        from .rollup import install_if_missing
-        from .sessions import connect_signals
+        from chat.actions import orphans, streams, titles, tool_servers
+        from chat.auth import session_sockets
+        from chat.metering.summary_triggers import install_if_missing
+        from chat.runtime import control, process_loops
+        from chat.streaming import generation
 
-        connect_signals()
+        session_sockets.connect_signals()
         post_migrate.connect(install_if_missing, sender=self)
+        # What every serving process runs beside its streams (chat/runtime/process_loops.py).
+        process_loops.add_loop("control-listener", control.listen_forever)
+        process_loops.add_loop("account-watch", session_sockets.watch_accounts_forever)
+        process_loops.add_loop("api-checkpoints", streams.checkpoint_api_streams_forever)
+        process_loops.add_loop("orphan-sweeper", orphans.sweep_forever, needs_redis=True)
+        process_loops.add_loop("own-orphan-sweeper", orphans.sweep_own_forever)
+        process_loops.add_loop("stops-from-database", streams.stops_from_database_forever)
+        process_loops.add_loop("mcp-refresh", tool_servers.refresh_forever)
+        control.connect(deliver=streams.deliver, recover=orphans.recover_one, end_user=streams.end_local_user,
+                        end_token=streams.end_local_token)  # fmt: skip
+        generation.after_complete = titles.after_answer
 
 
 # Whether prepare_to_serve() has run to its end in this process, and when the process began serving.
@@ -48,19 +62,25 @@ def _prepare() -> None:
     from django.conf import settings
     from django.utils import timezone
 
-    from .models import Message, Provider
-    from .process import lease
+    from chat.actions.orphans import recover_orphans
+    from chat.models import Provider
+    from chat.runtime import metrics
+    from chat.runtime.process_loops import lease
 
     global _prepared, _serving_since
     if _serving_since is None:
         _serving_since = timezone.now()
     provider = Provider.objects.sync_from_settings()
+    from chat.streaming.tool_catalog import sync_stdio_servers
+
+    sync_stdio_servers()  # MCP_SERVERS_FILE's servers, for their groups and tools in the admin
     # One process alone owns every stream; beside others, only those whose lease expired are dead.
     stale_after = lease() if settings.REDIS_URL else None
-    recovered = Message.objects.recover_orphans(stale_after, before=_serving_since)
+    recovered = recover_orphans(stale_after, before=_serving_since)
     _prepared = True
     if recovered:
         log.warning("marked %d stream(s) left by a stopped server as interrupted", len(recovered))
+        metrics.interrupted_after_crash.inc(len(recovered))
     if provider is not None and provider.is_demo:
         log.warning(
             "No UPSTREAM_BASE_URL set: chatting against the built-in demo upstream (provider 'demo', %s). "
@@ -70,41 +90,41 @@ def _prepare() -> None:
 
 
 async def start_serving() -> None:
-    """Start this process's lease, control listener and sweeps (chat/process.py); chatsite.server calls it at start-up.
+    """Start this process's lease, control listener and sweeps (chat/runtime/process_loops.py) at start-up.
 
     Otherwise a process starts them with its first socket or `/v1` request (daphne has no
     lifespan start-up), and one that has served neither would not sweep a dead peer's streams.
     A process that booted without its database keeps trying prepare_to_serve() here: a new
     install's provider would otherwise be created only at the next restart.
     """
-    from . import process
+    from chat.runtime import process_loops
 
     global _retrying
     if not _prepared and _retrying is None:
         _retrying = asyncio.get_running_loop().create_task(_prepare_until_ready(), name="prepare-to-serve")
-    await process.ensure_started()
+    await process_loops.ensure_started()
 
 
 async def _prepare_until_ready() -> None:
     from channels.db import database_sync_to_async
 
-    from .process import Outage
+    from chat.runtime.failures import FailureStreak
 
     prepare = database_sync_to_async(_prepare, thread_sensitive=False)
-    outage = Outage("cannot prepare to serve yet", "prepared to serve")
+    streak = FailureStreak("cannot prepare to serve yet", "prepared to serve")
     while not _prepared:
         await asyncio.sleep(PREPARE_RETRY_SECONDS)
         try:
             await prepare()
         except Exception as exc:  # the database's or any other: logged at the first and when it ends
-            outage.failed(exc)
-    outage.over()
+            streak.failed(exc)
+    streak.over()
     log.warning("database ready: the configured provider is synced and dead streams recovered")
 
 
 def running_streams() -> list:
     """The chat generations of this process still streaming (asyncio tasks; a graceful shutdown waits for them)."""
-    from . import generation
+    from chat.streaming import generation
 
     return generation.running()
 
@@ -115,7 +135,7 @@ async def end_streams(reason: str) -> None:
     Their text and usage are saved now instead of waiting for the next start-up to find
     them still `streaming`; called by chatsite.server once the shutdown grace is over.
     """
-    from . import generation, relay
+    from chat.streaming import generation, relay
 
     relay.running.interrupt(reason)
     await generation.shutdown()
@@ -123,6 +143,6 @@ async def end_streams(reason: str) -> None:
 
 async def close_clients() -> None:
     """Close the shared upstream client, last, once no stream uses it."""
-    from . import upstream
+    from chat.streaming import upstream
 
     await upstream.close_shared_client()

@@ -3,31 +3,32 @@
 Django runs a `MiddlewareMixin` middleware under ASGI by sending each of its hooks to a
 worker thread and back (`sync_to_async`), and a sync-only one (WhiteNoise's) makes it run
 everything below it, the view too, through a thread. For the hooks used here that do no I/O
-that is pure overhead, paid on every request and every `/v1` stream start (a profile showed
-thread hand-offs as ~40 % of the server's CPU per one-token request). So each is subclassed
-to run inline in async mode; the two whose response hook may write to the database
-(sessions, messages) go to a thread only when they have something to write. Django's
+that is pure overhead, paid on every request and every `/v1` stream start: a thread
+hand-off costs more than the hook it runs. So each is subclassed
+to run inline in async mode (chat/compat/django.py's OnTheLoop); the two whose response hook
+may write to the database (sessions, messages) go to a thread only when they have something
+to write. Django's
 security, CSRF and X-Frame-Options middleware keep their own names in settings.MIDDLEWARE
 (`check --deploy` looks for those names, and without them skips its HTTPS and HSTS checks);
 the server's ASGIHandler below runs subclasses of them on the loop in their place.
 """
 
 from concurrent.futures import ThreadPoolExecutor
-from unittest import mock
 
 from asgiref.sync import ThreadSensitiveContext, iscoroutinefunction, markcoroutinefunction, sync_to_async
 from django.conf import settings
 from django.contrib.auth import middleware as auth
 from django.contrib.messages import middleware as messages
 from django.contrib.sessions import middleware as sessions
-from django.core.handlers import asgi, base
+from django.core.handlers import asgi
 from django.middleware import clickjacking, common, csrf, locale, security
 from django.utils.cache import patch_cache_control
 from django.utils.deprecation import MiddlewareMixin
 from django.utils.module_loading import import_string
 from whitenoise.middleware import WhiteNoiseMiddleware
 
-from . import completions
+from chat.compat.django import OnTheLoop, middleware_resolved_by, serve_view
+from chatsite import completions
 
 POLICY = "; ".join(
     [
@@ -46,34 +47,6 @@ POLICY = "; ".join(
 )
 # Django's admin templates carry a few style attributes; scripts stay 'self' there too.
 ADMIN_POLICY = POLICY.replace("style-src 'self'", "style-src 'self' 'unsafe-inline'")
-
-
-class OnTheLoop:
-    """For a MiddlewareMixin whose hooks do no I/O: in async mode they run on the event loop, not a thread."""
-
-    def __init__(self, get_response) -> None:
-        super().__init__(get_response)
-        process_view = getattr(self, "process_view", None)
-        if self.async_mode and process_view is not None and not iscoroutinefunction(process_view):
-            # The handler calls process_view itself and would send a sync one to a thread.
-            async def inline_view(request, view, args, kwargs):
-                return process_view(request, view, args, kwargs)
-
-            self.process_view = inline_view
-
-    async def __acall__(self, request):
-        response = self.process_request(request) if hasattr(self, "process_request") else None
-        response = response or await self.get_response(request)
-        if hasattr(self, "process_response"):
-            if self.response_writes(request):
-                response = await sync_to_async(self.process_response)(request, response)
-            else:
-                response = self.process_response(request, response)
-        return response
-
-    def response_writes(self, request) -> bool:
-        """Whether process_response will do I/O for this request (then it goes to a thread)."""
-        return False
 
 
 class CommonMiddleware(OnTheLoop, common.CommonMiddleware):
@@ -159,17 +132,13 @@ class XFrameOptionsMiddleware(OnTheLoop, clickjacking.XFrameOptionsMiddleware):
 class CsrfViewMiddleware(OnTheLoop, csrf.CsrfViewMiddleware):
     """CSRF's checks inline, but a form's token read from an unsafe request's body in a thread (it may be an upload)."""
 
-    def __init__(self, get_response) -> None:
-        super().__init__(get_response)
-        if self.async_mode:
-            check = super().process_view
+    def inline_view(self, check):
+        async def process_view(request, view, args, kwargs):
+            if request.method in ("GET", "HEAD", "OPTIONS", "TRACE") or getattr(view, "csrf_exempt", False):
+                return check(request, view, args, kwargs)
+            return await sync_to_async(check)(request, view, args, kwargs)
 
-            async def process_view(request, view, args, kwargs):
-                if request.method in ("GET", "HEAD", "OPTIONS", "TRACE") or getattr(view, "csrf_exempt", False):
-                    return check(request, view, args, kwargs)
-                return await sync_to_async(check)(request, view, args, kwargs)
-
-            self.process_view = process_view
+        return process_view
 
 
 # settings.MIDDLEWARE keeps Django's names (`check --deploy` looks for them); the server runs these.
@@ -197,7 +166,7 @@ class ASGIHandler(asgi.ASGIHandler):
     cookie: CSRF_USE_SESSIONS is off), so they run inline like the others above.
 
     Django also gives every request a thread of its own for its synchronous work. /v1's views
-    are async and do their database work on chat/db.py's threads, so there that thread only
+    are async and do their database work on chat/runtime/db_threads.py's threads, so there that thread only
     ever runs the request_started and request_finished receivers and the response's close():
     starting it cost more than all of them. /v1 requests share one long-lived thread instead.
     """
@@ -210,7 +179,7 @@ class ASGIHandler(asgi.ASGIHandler):
 
     async def __call__(self, scope, receive, send):
         if scope["type"] == "http" and scope["path"] == completions.PATH and self.completions_chain is not None:
-            return await completions.serve(self, self.completions_chain, scope, receive, send)
+            return await serve_view(self, self.completions_chain, completions.view, scope, receive, send)
         if scope["type"] == "http" and scope["path"].startswith("/v1/"):
             async with ThreadSensitiveContext(executor=API_SYNC_THREAD):
                 return await super().__call__(scope, receive, send)
@@ -220,5 +189,5 @@ class ASGIHandler(asgi.ASGIHandler):
         if not is_async or settings.CSRF_USE_SESSIONS:
             return super().load_middleware(is_async)
         # load_middleware imports each entry of settings.MIDDLEWARE by name: only the three change.
-        with mock.patch.object(base, "import_string", resolve):
+        with middleware_resolved_by(resolve):
             super().load_middleware(is_async)

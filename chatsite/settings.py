@@ -100,7 +100,7 @@ MIDDLEWARE = [
     "chatsite.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # Near the end, so it sees a view's exception early: a busy database answers 503, not 500.
-    "chat.busy.DatabaseBusyMiddleware",
+    "chat.runtime.db_busy.DatabaseBusyMiddleware",
     # Last, as django-axes asks: turns a locked-out sign-in into the lockout page.
     "axes.middleware.AxesMiddleware",
 ]
@@ -118,7 +118,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
-                "chat.invites.sign_in_options",
+                "chat.auth.invites.sign_in_options",
             ],
         },
     },
@@ -132,12 +132,12 @@ DATABASES = {
 # PostgreSQL: a pool of connections per process, when DATABASE_POOL_SIZE is set. Opening a
 # connection costs a few ms (a new backend with cold caches), which every stream start and every
 # websocket message pays without it. Django's persistent connections (CONN_MAX_AGE) are no answer
-# under ASGI: a connection belongs to one request's or one socket's context, so /v1 requests leaked
-# one each (51 open after 300 requests) and every open socket would hold one. Pooled, a connection
+# under ASGI: a connection belongs to one request's or one socket's context, so /v1 requests would
+# leak one each and every open socket would hold one. Pooled, a connection
 # goes back to the pool when Django closes it (after each request and each of Channels' database
 # calls) and is checked before reuse. Off by default: through a database outage the pool waits
 # for a connection where a fresh connect fails at once, which changes how partial saves and
-# leases behave mid-outage (tests/test_scaleout.py's outage test fails with it, for now).
+# leases behave mid-outage (tests/cluster/test_scaleout.py's outage test expects a fresh connect to fail at once).
 DATABASE_POOL_SIZE = env_number("DATABASE_POOL_SIZE", 0)
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and DATABASE_POOL_SIZE:
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = True  # for a pool: each connection checked when taken
@@ -150,7 +150,7 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and DATABAS
         # grows to minutes, so a process stayed without its database, and its lease, long after).
         "reconnect_timeout": 2,
     }
-# The threads that do a stream's database work, each keeping one connection (chat/db.py). SQLite
+# The threads that do a stream's database work, each keeping one connection (chat/runtime/db_threads.py). SQLite
 # takes one writer at a time: one thread queues them in order instead of polling for the lock.
 DATABASE_THREADS = env_number(
     "DATABASE_THREADS", 1 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3" else 4
@@ -162,12 +162,12 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "init_command": " ".join(
             [
                 "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
-                # A usage row's write fires the rollup triggers (chat/rollup.py), whose statement journal
+                # A usage row's write fires the summary triggers (chat/metering/summary_triggers.py): their journal
                 # outgrew SQLite's 64 KiB and went to a new file in /var/tmp on every stream's final
-                # save (create, write, unlink: ten system calls; 1 to 6 % of a start's CPU).
+                # save (create, write, unlink: system calls on the hot path).
                 "PRAGMA temp_store=MEMORY;",
                 # The serving process copies the write-ahead log into the database file every second
-                # (chat/process.py); a commit does it itself only past this many pages (SQLite's: 1,000).
+                # (chat/runtime/process_loops.py); a commit does it itself only past this many pages (SQLite's: 1,000).
                 "PRAGMA wal_autocheckpoint=10000;",
             ]
         ),
@@ -178,7 +178,7 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
 REDIS_URL = env("REDIS_URL")
 # Every key this install writes in Redis starts with this, so installs (and test runs) can share a server.
 REDIS_PREFIX = env("REDIS_PREFIX", "chat")
-# Group memberships of a crashed process expire after this; live ones are renewed (chat/layers.py).
+# Group memberships of a crashed process expire after this; live ones are renewed (chat/runtime/channel_layers.py).
 REDIS_GROUP_EXPIRY = env_number("REDIS_GROUP_EXPIRY", 300)
 if REDIS_URL:
     from redis.asyncio.retry import Retry
@@ -186,7 +186,7 @@ if REDIS_URL:
 
     CHANNEL_LAYERS = {
         "default": {
-            "BACKEND": "chat.layers.RedisChannelLayer",
+            "BACKEND": "chat.runtime.channel_layers.RedisChannelLayer",
             "CONFIG": {
                 "hosts": [
                     {
@@ -212,7 +212,7 @@ if REDIS_URL:
 else:
     CHANNEL_LAYERS = {
         "default": {
-            "BACKEND": "chat.layers.LocalChannelLayer",
+            "BACKEND": "chat.runtime.channel_layers.LocalChannelLayer",
             "CONFIG": {"capacity": 1000, "expiry": 60},
         }
     }
@@ -224,7 +224,7 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
 # Axes refuses locked-out sign-ins before any password is hashed; ours bounds the hashing.
-AUTHENTICATION_BACKENDS = ["chat.accounts.LockoutBackend", "chat.accounts.BoundedModelBackend"]
+AUTHENTICATION_BACKENDS = ["chat.auth.signin.LockoutBackend", "chat.auth.signin.BoundedModelBackend"]
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "login"
@@ -240,6 +240,15 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
 STATICFILES_DIRS = [BASE_DIR / "static"]
+# WhiteNoise's own table (not the system's), made explicit for the types a browser is strict about (an ES
+# module must come as JavaScript) and the fonts; deploy/nginx/chat.conf serves the same types.
+WHITENOISE_MIMETYPES = {
+    ".mjs": "text/javascript",
+    ".js": "text/javascript",
+    ".ttf": "font/ttf",
+    ".woff": "font/woff",
+    ".map": "application/json",
+}
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {
@@ -249,7 +258,7 @@ STORAGES = {
     },
 }
 
-# --- Attachments (chat/extract.py, chat/models/attachments.py) -------------------
+# --- Attachments (chat/lib/attachment_content.py, chat/models/attachments.py) -------------------
 # Where their bytes are kept: "database" (the default with SQLite), "files" (a directory under
 # MEDIA_ROOT, the default otherwise) or "s3" (S3-compatible, django-storages; its AWS_* settings below).
 ATTACHMENT_STORAGE = env(
@@ -271,7 +280,7 @@ if ATTACHMENT_STORAGE == "s3":
         },
     }
 elif ATTACHMENT_STORAGE in ("files", "database"):
-    # Never served by URL: the app reads it and answers as a download (chat/views.py).
+    # Never served by URL: the app reads it and answers as a download (chat/views/conversations.py).
     STORAGES["attachments"] = {
         "BACKEND": "django.core.files.storage.FileSystemStorage",
         "OPTIONS": {"location": MEDIA_ROOT / "attachments", "base_url": None},
@@ -285,8 +294,15 @@ ATTACHMENT_MAX_MESSAGE_BYTES = env_number("ATTACHMENT_MAX_MESSAGE_BYTES", 50_000
 ATTACHMENT_MAX_MESSAGE_TOKENS = env_number("ATTACHMENT_MAX_MESSAGE_TOKENS", 100_000)
 ATTACHMENT_QUOTA_BYTES = env_number("ATTACHMENT_QUOTA_BYTES", 1_000_000_000)
 ATTACHMENT_EXTRACT_SECONDS = env_number("ATTACHMENT_EXTRACT_SECONDS", 20.0, float)
-# Uploads are spooled to a temporary file past this, never held whole in memory.
-FILE_UPLOAD_MAX_MEMORY_SIZE = 2_621_440
+# Uploads one person may have in flight at once on a process (parsed, waiting to be read, read); more: 429.
+ATTACHMENT_MAX_UPLOADS_IN_FLIGHT = env_number("ATTACHMENT_MAX_UPLOADS_IN_FLIGHT", 4)
+# Uploads (and the body an upload arrives in) are spooled to a temporary file past this, never held
+# whole in memory while they wait; a file is read into memory only when its turn to be read comes.
+FILE_UPLOAD_MAX_MEMORY_SIZE = 262_144
+FILE_UPLOAD_HANDLERS = [
+    "django.core.files.uploadhandler.MemoryFileUploadHandler",
+    "django.core.files.uploadhandler.TemporaryFileUploadHandler",
+]
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -294,7 +310,7 @@ SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 X_FRAME_OPTIONS = "DENY"
 SESSION_COOKIE_HTTPONLY = True
-# The page's scripts take the CSRF token from the page (chat/views.py), never from the cookie.
+# The page's scripts take the CSRF token from the page (chat/views/conversations.py), never from the cookie.
 CSRF_COOKIE_HTTPONLY = True
 if HTTPS:
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
@@ -305,19 +321,38 @@ if HTTPS:
     SECURE_HSTS_INCLUDE_SUBDOMAINS = True
     SECURE_HSTS_PRELOAD = env_bool("DJANGO_HSTS_PRELOAD", True)
 
+# One line per event, with the request's id (chatsite/logs.py); LOG_FORMAT=json: one JSON object a line.
+LOG_FORMAT = env("LOG_FORMAT", "plain")
+if LOG_FORMAT not in ("plain", "json"):
+    raise ImproperlyConfigured("LOG_FORMAT must be plain or json")
+# The access log (chatsite/server.py: one line per request and websocket, probes left out): on by default.
+LOG_ACCESS = env_bool("LOG_ACCESS", True)
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {"request_id": {"()": "chatsite.logs.RequestIdFilter"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s [%(request_id)s]: %(message)s"},
+        "json": {"()": "chatsite.logs.JsonFormatter"},
+    },
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT, "filters": ["request_id"]},
+    },
     "root": {"handlers": ["console"], "level": env("LOG_LEVEL", "INFO")},
     # httpx logs every request line at INFO; only our own summaries are wanted.
     # django-axes logs every sign-in at INFO; lockouts are WARNING.
-    "loggers": {"httpx": {"level": "WARNING"}, "daphne": {"level": "WARNING"}, "axes": {"level": "WARNING"}},
+    # django.request: an error answer is logged by whoever made it (chat/runtime/db_busy.py, /v1's upstream
+    # errors), once; Django's own "Internal Server Error" line stays for real bugs (ERROR, with the traceback).
+    "loggers": {
+        "httpx": {"level": "WARNING"},
+        "daphne": {"level": "WARNING"},
+        "axes": {"level": "WARNING"},
+        "chatsite.access": {"level": "INFO" if LOG_ACCESS else "WARNING"},
+    },
 }
 
 # --- The chat itself -------------------------------------------------------
-# The default upstream; unset means the built-in demo upstream (chat/fakeupstream.py).
+# The default upstream; unset means the built-in demo upstream (fakeupstream/app.py).
 UPSTREAM_BASE_URL = env("UPSTREAM_BASE_URL")
 UPSTREAM_API_KEY = env("UPSTREAM_API_KEY")
 UPSTREAM_MODEL = env("UPSTREAM_MODEL")
@@ -355,6 +390,20 @@ CHAT_LEASE_SECONDS = env_number("CHAT_LEASE_SECONDS", 6.0, float)
 # How often each process checks that the people connected to it are still active accounts
 # (deactivated by a command in another process, or in bulk: signed out here within this).
 CHAT_ACCOUNT_CHECK_SECONDS = env_number("CHAT_ACCOUNT_CHECK_SECONDS", 1.0, float)
+# Tools in the chat (docs/tools.md): MCP servers' tools the model may call.
+# A JSON file of stdio servers (commands run on this host), never set from the admin:
+# {"servers": {"name": {"command": "…", "args": […], "env": {…}, "cwd": "…"}}}
+MCP_SERVERS_FILE = env("MCP_SERVERS_FILE")
+# Rounds of tool calls in one turn; past it the turn ends, saying so.
+MCP_MAX_ROUNDS = env_number("MCP_MAX_ROUNDS", 5)
+# One call's time limit, and the most characters of its result kept and sent to the model.
+MCP_CALL_SECONDS = env_number("MCP_CALL_SECONDS", 30.0, float)
+MCP_RESULT_MAX_CHARS = env_number("MCP_RESULT_MAX_CHARS", 20_000)
+# Tool calls per person a minute; more are answered to the model as refused.
+MCP_CALLS_PER_MINUTE = env_number("MCP_CALLS_PER_MINUTE", 30)
+# How often each process lists every server's tools again (their health), and how long a person has to approve.
+MCP_REFRESH_SECONDS = env_number("MCP_REFRESH_SECONDS", 300.0, float)
+MCP_APPROVAL_SECONDS = env_number("MCP_APPROVAL_SECONDS", 300.0, float)
 # Retention: `manage.py purge` deletes conversations untouched for this many days (0: never).
 CHAT_RETENTION_DAYS = env_number("CHAT_RETENTION_DAYS", 0)
 # Whether owners see who (other than them) read their conversations: a "Reviewed by" line.
@@ -363,7 +412,17 @@ CHAT_SHOW_REVIEWS = env_bool("CHAT_SHOW_REVIEWS", False)
 CHAT_PUBLIC_SHARES = env_bool("CHAT_PUBLIC_SHARES", False)
 # The largest JSON export accepted by the import (within REQUEST_MAX_BYTES and nginx's client_max_body_size).
 CHAT_IMPORT_MAX_BYTES = env_number("CHAT_IMPORT_MAX_BYTES", 2_000_000)
-# Titles written by a model after a conversation's first answer (chat/titles.py), metered like any
+# What one import may hold, checked before anything is stored (more is a 413 that says the limit): conversations, and
+# messages in all of them.
+CHAT_IMPORT_MAX_CONVERSATIONS = env_number("CHAT_IMPORT_MAX_CONVERSATIONS", 1_000)
+CHAT_IMPORT_MAX_MESSAGES = env_number("CHAT_IMPORT_MAX_MESSAGES", 20_000)
+# A request that writes many rows (an import, deleting a long conversation) writes at most this many to a
+# transaction, each a short hold of the database's write lock with others' starts and requests between them.
+CHAT_BATCH_ROWS = env_number("CHAT_BATCH_ROWS", 500)
+# The most messages one read of a conversation returns: the chat page gets the last ones of the branch shown and
+# asks for earlier ones as it is scrolled up; an export is written to its download this many at a time.
+CHAT_PAGE_MESSAGES = env_number("CHAT_PAGE_MESSAGES", 200)
+# Titles written by a model after a conversation's first answer (chat/actions/titles.py), metered like any
 # stream; the model: CHAT_TITLE_MODEL (a model id or provider/model, used whatever models the person may
 # pick), empty: the conversation's own.
 CHAT_TITLES = env_bool("CHAT_TITLES", True)
@@ -380,7 +439,7 @@ API_CHECKPOINT_SECONDS = env_number("API_CHECKPOINT_SECONDS", 5.0, float)
 # A /v1 completion's token (with its owner) is kept this long in the process that read it: a
 # revocation or deactivation elsewhere reaches that process within it (at once in the same one).
 API_TOKEN_CACHE_SECONDS = env_number("API_TOKEN_CACHE_SECONDS", 5.0, float)
-# Overload (chat/overload.py): websocket connects beyond this many a second, or while this many
+# Overload (chat/ws/overload.py): websocket connects beyond this many a second, or while this many
 # handshakes are unfinished, are closed with 4013 before any database work (0: no limit);
 # a socket's session -> user read is cached this long (a sign-out reaches new sockets after it).
 WS_CONNECTS_PER_SECOND = env_number("WS_CONNECTS_PER_SECOND", 200.0, float)
@@ -390,8 +449,13 @@ WS_SESSION_CACHE_SECONDS = env_number("WS_SESSION_CACHE_SECONDS", 5.0, float)
 # answered 503 with this Retry-After; SQLite's write lock is waited for this long first.
 API_DB_WAIT_SECONDS = env_number("API_DB_WAIT_SECONDS", 2.0, float)
 API_RETRY_AFTER_SECONDS = env_number("API_RETRY_AFTER_SECONDS", 5)
+# How long a start waits for PostgreSQL while it answers busy (no connection free, a lock not had in time)
+# before it is refused as busy like a database that does not answer (chat/runtime/db_busy.py).
+DATABASE_BUSY_WAIT_SECONDS = env_number("DATABASE_BUSY_WAIT_SECONDS", 30.0, float)
+# How long the event loop keeps the interpreter while a database thread waits for it (chatsite/server.py); Python's: 5.
+GIL_SWITCH_INTERVAL_MS = env_number("GIL_SWITCH_INTERVAL_MS", 5.0, float)
 
-# --- Limits per person and per token (chat/limits.py); 0 turns a limit off -----
+# --- Limits per person and per token (chat/metering/limits.py); 0 turns a limit off -----
 # Streams running at once per user on the page, per user over /v1/, and per API token.
 CHAT_MAX_STREAMS = env_number("CHAT_MAX_STREAMS", 4)
 API_MAX_STREAMS = env_number("API_MAX_STREAMS", 8)
@@ -413,7 +477,7 @@ UPSTREAM_PROVIDER_MAX_CONNECTIONS = env_number(
 )
 UPSTREAM_PROVIDER_WAIT = env_number("UPSTREAM_PROVIDER_WAIT", 10.0, float)
 
-# --- Budgets (chat/budgets.py): monthly, per calendar month in TIME_ZONE -------
+# --- Budgets (chat/metering/budgets.py): monthly, per calendar month in TIME_ZONE -------
 # Everyone's budget unless a group or user Budget (admin, `manage.py budget`) says otherwise;
 # empty: no limit of that kind.
 BUDGET_DEFAULT_USD = env_number("BUDGET_DEFAULT_USD", None, Decimal)
@@ -437,8 +501,10 @@ TRUSTED_PROXIES = env_list("DJANGO_TRUSTED_PROXIES")
 AXES_FAILURE_LIMIT = AUTH_LOCKOUT_FAILURES
 AXES_COOLOFF_TIME = timedelta(minutes=AUTH_LOCKOUT_MINUTES)
 AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]  # each on its own, not the pair
-AXES_LOCKOUT_CALLABLE = "chat.accounts.lockout_response"
-AXES_CLIENT_IP_CALLABLE = "chat.accounts.client_ip"
+AXES_LOCKOUT_CALLABLE = "chat.auth.signin.lockout_response"
+AXES_CLIENT_IP_CALLABLE = "chat.auth.signin.client_ip"
+# Failures count per account, whichever spelling of its username or e-mail address is typed.
+AXES_USERNAME_CALLABLE = "chat.auth.signin.lockout_username"
 AXES_VERBOSE = False
 
 if CHAT_LEASE_SECONDS < 2:
@@ -452,8 +518,12 @@ API_SLOW_CLIENT_SECONDS = env_number("API_SLOW_CLIENT_SECONDS", 30.0, float)
 CHAT_SLOW_CLIENT_SECONDS = env_number("CHAT_SLOW_CLIENT_SECONDS", 30.0, float)
 # On SIGTERM: no new connections, running streams get this long to finish, then are interrupted.
 SHUTDOWN_GRACE_SECONDS = env_number("SHUTDOWN_GRACE_SECONDS", 20.0, float)
+# GET /metrics (docs/operations.md#metrics) answers only to `Authorization: Bearer <METRICS_TOKEN>`; unset: 404.
+# Several processes on one machine add their figures up through PROMETHEUS_MULTIPROC_DIR (read by
+# prometheus-client itself, from the environment, before the process starts; chat/runtime/metrics.py).
+METRICS_TOKEN = env("METRICS_TOKEN")
 # Each serving process gives the C library's free memory back to the system this often,
-# seconds (chat/process.py); 0: never (its RSS then keeps what a busy spell once took).
+# seconds (chat/runtime/process_loops.py); 0: never (its RSS then keeps what a busy spell once took).
 MEMORY_TRIM_SECONDS = env_number("MEMORY_TRIM_SECONDS", 10.0, float)
 
 if not 0 < CHAT_COALESCE_MS <= 30:
@@ -464,12 +534,14 @@ if BUDGET_DEFAULT_USD is not None and not (BUDGET_DEFAULT_USD.is_finite() and BU
     raise ImproperlyConfigured("BUDGET_DEFAULT_USD must be an amount of USD, 0 or more")
 if BUDGET_DEFAULT_TOKENS is not None and BUDGET_DEFAULT_TOKENS < 0:
     raise ImproperlyConfigured("BUDGET_DEFAULT_TOKENS must be 0 or more")
+if ATTACHMENT_MAX_UPLOADS_IN_FLIGHT < 1:
+    raise ImproperlyConfigured("ATTACHMENT_MAX_UPLOADS_IN_FLIGHT must be at least 1")
 if CHAT_FRAME_RATE <= 0 or CHAT_FRAME_BURST < 1 or API_MAX_N < 1:
     raise ImproperlyConfigured("CHAT_FRAME_RATE, CHAT_FRAME_BURST and API_MAX_N must be positive")
 if min(AUTH_LOCKOUT_FAILURES, AUTH_LOCKOUT_MINUTES, AUTH_HASH_CONCURRENCY) < 1:
     raise ImproperlyConfigured("AUTH_LOCKOUT_FAILURES, AUTH_LOCKOUT_MINUTES, AUTH_HASH_CONCURRENCY must be 1 or more")
 
-# --- Accounts: invites, sign-up, e-mail (chat/invites.py) --------------------------------
+# --- Accounts: invites, sign-up, e-mail (chat/auth/invites.py) --------------------------------
 # Where people reach this server, for the links in invites (reset links use the request's own address).
 SITE_URL = env("SITE_URL", f"http://127.0.0.1:{PUBLIC_PORT}").rstrip("/")
 INVITE_DAYS = env_number("INVITE_DAYS", 7)
@@ -497,7 +569,7 @@ else:
 DEFAULT_FROM_EMAIL = env("DEFAULT_FROM_EMAIL", "chat@localhost")
 EMAIL_TIMEOUT = env_number("EMAIL_TIMEOUT", 10)
 
-# Single sign-on by OpenID Connect (chat/sso.py): on when OIDC_ISSUER is set.
+# Single sign-on by OpenID Connect (chat/auth/oidc.py): on when OIDC_ISSUER is set.
 OIDC_ISSUER = env("OIDC_ISSUER")
 OIDC_NAME = env("OIDC_NAME", "single sign-on")  # the button says "Sign in with <this>"
 OIDC_USERNAME_CLAIM = env("OIDC_USERNAME_CLAIM", "email")
@@ -509,15 +581,15 @@ OIDC_RP_SIGN_ALGO = env("OIDC_SIGN_ALGO", "RS256")
 OIDC_RP_SCOPES = env("OIDC_SCOPES", "openid email profile")
 OIDC_USE_PKCE = True
 OIDC_TIMEOUT = env_number("OIDC_TIMEOUT", 10.0, float)
-OIDC_AUTHENTICATE_CLASS = "chat.sso.SignInView"
-OIDC_CALLBACK_CLASS = "chat.sso.CallbackView"
+OIDC_AUTHENTICATE_CLASS = "chat.auth.oidc.SignInView"
+OIDC_CALLBACK_CLASS = "chat.auth.oidc.CallbackView"
 LOGIN_REDIRECT_URL_FAILURE = "/accounts/login/?sso=failed"
 # Whether the sign-in page offers the password form (and passwords sign in at all).
 AUTH_PASSWORD_LOGIN = env_bool("AUTH_PASSWORD_LOGIN", True)
 if OIDC_ISSUER:
     if not (OIDC_RP_CLIENT_ID and OIDC_RP_CLIENT_SECRET):
         raise ImproperlyConfigured("OIDC_ISSUER needs OIDC_CLIENT_ID and OIDC_CLIENT_SECRET")
-    AUTHENTICATION_BACKENDS.append("chat.sso.Backend")
+    AUTHENTICATION_BACKENDS.append("chat.auth.oidc.Backend")
 # LDAP sign-in (django-auth-ldap, requirements-ldap.txt): on when LDAP_SERVER_URI is set. People
 # sign in with the password form; their account here is made (or updated) from the directory.
 LDAP_SERVER_URI = env("LDAP_SERVER_URI")
@@ -539,6 +611,6 @@ if LDAP_SERVER_URI:
 if not AUTH_PASSWORD_LOGIN:
     if not OIDC_ISSUER:
         raise ImproperlyConfigured("AUTH_PASSWORD_LOGIN=0 needs another way in: set OIDC_ISSUER")
-    AUTHENTICATION_BACKENDS.remove("chat.accounts.BoundedModelBackend")
+    AUTHENTICATION_BACKENDS.remove("chat.auth.signin.BoundedModelBackend")
 if INVITE_DAYS < 1:
     raise ImproperlyConfigured("INVITE_DAYS must be 1 or more")

@@ -3,10 +3,10 @@ from django.contrib import admin
 from django.urls import include, path
 from django.views.i18n import JavaScriptCatalog, set_language
 
-from chat.accounts import sign_in_view
+from chat.auth.signin import sign_in_view
 
 urlpatterns = [
-    # Before the admin's own URLs: its sign-in hashes passwords on the sign-in pool too (chat/accounts.py).
+    # Before the admin's own URLs: its sign-in hashes passwords on the sign-in pool too (chat/auth/signin.py).
     path("admin/login/", sign_in_view(admin.site.login)),
     path("admin/", admin.site.urls),
     # The page's modules translate through this catalogue (static/chat/i18n.js); the switch posts to setlang.
@@ -14,5 +14,5 @@ urlpatterns = [
     path("i18n/setlang/", set_language, name="set_language"),
     path("", include("chat.urls")),
 ]
-if settings.OIDC_ISSUER:  # /oidc/authenticate/ and /oidc/callback/ (chat/sso.py's views)
+if settings.OIDC_ISSUER:  # /oidc/authenticate/ and /oidc/callback/ (chat/auth/oidc.py's views)
     urlpatterns.append(path("oidc/", include("mozilla_django_oidc.urls")))

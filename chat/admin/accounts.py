@@ -5,10 +5,11 @@ from django.contrib import admin
 from django.contrib.auth import get_user_model
 from django.contrib.auth.admin import GroupAdmin, UserAdmin
 from django.contrib.auth.models import Group
+from django.db import transaction
 
-from ..invites import send_invite
-from ..models import ApiToken, Budget, GroupDefaults, Invite
-from ..models.invites import account_exists
+from chat.auth.invites import send_invite
+from chat.models import ApiToken, Budget, GroupDefaults, Invite
+from chat.models.invites import account_exists
 
 
 @admin.register(ApiToken)
@@ -59,7 +60,7 @@ if admin.site.is_registered(User) and isinstance(admin.site._registry[User], Use
 
 class GroupDefaultsInline(admin.StackedInline):
     model = GroupDefaults
-    fields = ["default_model", "system_prompt"]
+    fields = ["default_model", "system_prompt", "tools"]
     can_delete = True
 
 
@@ -109,7 +110,9 @@ class InviteAdmin(admin.ModelAdmin):
             obj.created_by = request.user
         super().save_model(request, obj, form, change)
         if secret is not None:
-            self.send(request, obj, secret)
+            # Once the admin's transaction has committed: an SMTP server taking its EMAIL_TIMEOUT must not hold
+            # the database (SQLite's write lock) meanwhile.
+            transaction.on_commit(lambda: self.send(request, obj, secret))
 
     def send(self, request, invite: Invite, secret: str) -> None:
         """E-mail the link; staff see it once too, to pass on if the e-mail does not arrive."""

@@ -5,9 +5,10 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
-from ..models import Attachment, Conversation, ConversationRead, Message, Share
-from ..models.attachments import human_size
-from .review import review_rows
+from chat.admin.review import review_rows
+from chat.admin.tools import ToolCallInline
+from chat.models import Attachment, Conversation, ConversationRead, Message, Share
+from chat.models.attachments import human_size
 
 
 def attachment_links(attachments) -> str:
@@ -35,7 +36,7 @@ class MessageInline(admin.StackedInline):
     can_delete = False
     fields = [
         "role", "status", "finish_reason", "model", "content", "attached", "reasoning", "thinking_ms", "tool_calls",
-        "error", "metered", "created",
+        "tool_rounds", "error", "metered", "created",
     ]  # fmt: skip
     readonly_fields = fields
 
@@ -94,6 +95,15 @@ class AttachmentAdmin(admin.ModelAdmin):
     def download(self, attachment):
         return attachment_links([attachment])
 
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        """Staff reading someone's attachment (its text is on this page) is recorded, as a conversation's read is."""
+        response = super().change_view(request, object_id, form_url, extra_context)
+        if request.method == "GET" and response.status_code == 200:
+            attachment = Attachment.objects.select_related("message__conversation").filter(pk=object_id).first()
+            if attachment is not None:
+                ConversationRead.record_attachment(attachment, request.user, where="admin attachment")
+        return response
+
 
 class LastAnswerStatusFilter(admin.SimpleListFilter):
     title = "status of the last answer"
@@ -127,7 +137,7 @@ class ConversationAdmin(admin.ModelAdmin):
     list_select_related = ["owner"]
     readonly_fields = ["owner", "model", "params", "created", "updated"]
     fields = ["title", "owner", "model", "system_prompt", "params", "created", "updated", "links"]
-    inlines = [MessageInline]
+    inlines = [MessageInline, ToolCallInline]
     date_hierarchy = "updated"
 
     def get_readonly_fields(self, request, obj=None):

@@ -2,7 +2,7 @@
 
 from django.contrib import admin
 
-from ..models import ChatDefaults, PromptPreset
+from chat.models import ChatDefaults, PromptPreset
 
 
 @admin.register(PromptPreset)

@@ -2,11 +2,14 @@
 
 from asgiref.sync import async_to_sync
 from django import forms
+from django.conf import settings
 from django.contrib import admin, messages
 from django.utils.html import format_html
 from django.utils.timesince import timesince
 
-from ..models import ModelAccess, Provider
+from chat.models import ModelAccess, Provider
+from chat.streaming import upstream
+from chat.streaming.providers import check as check_provider
 
 
 class ProviderForm(forms.ModelForm):
@@ -22,14 +25,44 @@ class ProviderForm(forms.ModelForm):
     class Meta:
         model = Provider
         fields = [
-            "name", "base_url", "api_key", "default_model", "model_list", "image_models", "max_connections", "enabled",
+            "name", "base_url", "api_key", "default_model", "model_list", "image_models", "tool_models",
+            "max_connections",
+            "enabled",
         ]  # fmt: skip
 
     def clean_api_key(self):
         key = self.cleaned_data["api_key"]
-        # Provider.clean() refuses a kept key when the base URL moved to another server.
-        self.instance.key_entered = bool(key)
+        # A key typed again, even the same one, counts as entered again (clean() below).
+        self.key_entered = bool(key)
         return key or (self.instance.api_key if self.instance.pk else "")
+
+    def clean(self):
+        """Refuse link-local and metadata hosts, and a stored key following the base URL to another server."""
+        data = super().clean()
+        base_url = data.get("base_url")
+        if not base_url:
+            return data
+        address = upstream.refused_literal(upstream.origin(base_url)[1])
+        if address and not settings.UPSTREAM_ALLOW_LINK_LOCAL:
+            self.add_error(
+                "base_url",
+                f"{address} is a link-local or cloud metadata address; such upstreams are refused "
+                "(UPSTREAM_ALLOW_LINK_LOCAL=1 allows them).",
+            )
+        stored = self.instance.pk and Provider.objects.filter(pk=self.instance.pk).values("base_url", "api_key").first()
+        if (
+            stored
+            and not getattr(self, "key_entered", False)
+            and stored["api_key"]
+            and data.get("api_key") == stored["api_key"]
+            and upstream.origin(stored["base_url"]) != upstream.origin(base_url)
+        ):
+            self.add_error(
+                "api_key",
+                "The base URL now points at another server (its scheme, host or port changed): "
+                "enter the API key again, so the stored key is not sent there.",
+            )
+        return data
 
 
 class ModelAccessInline(admin.TabularInline):
@@ -72,5 +105,5 @@ class ProviderAdmin(admin.ModelAdmin):
     @admin.action(description="Test connection (list the models now)")
     def test_connection(self, request, queryset):
         for provider in queryset:
-            reachable, said = async_to_sync(provider.acheck)()
+            reachable, said = async_to_sync(check_provider)(provider)
             self.message_user(request, said, messages.SUCCESS if reachable else messages.ERROR)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from django.utils.translation import gettext as _
 
-from ..models import Conversation, Message
+from chat.models import Conversation, Message
 
 
 @dataclass

@@ -4,7 +4,8 @@ from django.contrib import admin
 from django.urls import reverse
 from django.utils.html import format_html
 
-from ..models import Budget, Price, Usage
+from chat.admin.streams import StreamFilter, mark_interrupted, stop_streams
+from chat.models import Budget, Price, Usage
 
 
 @admin.register(Usage)
@@ -26,6 +27,7 @@ class UsageAdmin(admin.ModelAdmin):
         "estimated",
     ]
     list_filter = [
+        StreamFilter,  # the status filter's "streaming" mixes live and orphaned rows
         "source",
         "status",
         "model",
@@ -39,6 +41,7 @@ class UsageAdmin(admin.ModelAdmin):
     search_fields = ["user__username", "model", "upstream_id", "request_id"]
     list_select_related = ["user", "message"]
     date_hierarchy = "started"
+    actions = [stop_streams, mark_interrupted]
 
     def get_readonly_fields(self, request, obj=None):
         return [field.name for field in Usage._meta.fields]

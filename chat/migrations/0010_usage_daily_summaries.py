@@ -7,15 +7,15 @@ from django.db import migrations, models
 
 def install_triggers(apps, schema_editor):
     """The triggers keeping the summaries, the summaries filled from the rows already there, the samples' indexes."""
-    from chat import rollup
+    from chat.metering import summary_triggers
 
-    rollup.install(schema_editor.connection)
+    summary_triggers.install(schema_editor.connection)
 
 
 def drop_triggers(apps, schema_editor):
-    from chat import rollup
+    from chat.metering import summary_triggers
 
-    rollup.uninstall(schema_editor.connection)
+    summary_triggers.uninstall(schema_editor.connection)
 
 
 class Migration(migrations.Migration):

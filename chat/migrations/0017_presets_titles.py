@@ -46,7 +46,7 @@ class Migration(migrations.Migration):
                 ('text', models.TextField(blank=True)),
                 ('system_prompt', models.TextField(blank=True)),
                 ('model', models.CharField(blank=True, help_text="Empty: the chat's model.", max_length=300)),
-                ('params', models.JSONField(blank=True, default=dict, help_text='temperature, max_tokens, … (chat/params.py)')),
+                ('params', models.JSONField(blank=True, default=dict, help_text='temperature, max_tokens, … (chat/lib/model_params.py)')),
                 ('published', models.BooleanField(db_index=True, default=False, help_text='Listed for everyone (read-only to them). Only staff may publish.')),
                 ('created', models.DateTimeField(auto_now_add=True)),
                 ('updated', models.DateTimeField(default=django.utils.timezone.now)),

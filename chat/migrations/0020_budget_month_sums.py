@@ -6,16 +6,16 @@ from django.db import migrations, models
 
 def drop_triggers(apps, schema_editor):
     """Off while the summary table changes: SQLite rebuilds it, under the triggers that write to it."""
-    from chat import rollup
+    from chat.metering import summary_triggers
 
-    rollup.uninstall(schema_editor.connection)
+    summary_triggers.uninstall(schema_editor.connection)
 
 
 def install_triggers(apps, schema_editor):
     """The triggers again, now adding the budget sums, and every summary refilled from the rows."""
-    from chat import rollup
+    from chat.metering import summary_triggers
 
-    rollup.install(schema_editor.connection)
+    summary_triggers.install(schema_editor.connection)
 
 
 class Migration(migrations.Migration):

@@ -2,64 +2,45 @@
 
 - providers: the upstreams and their models
 - access: which groups may use which models, and each group's defaults
-- conversations: conversations, messages and the start of a turn
-- branches: switching the branch shown, deleting a message pair
+- conversations: conversations and their messages (a turn's start: chat/actions/turns.py)
 - tokens: personal API tokens
 - invites: single-use links to join
 - usage: one row per stream, metered
-- rollups: the usage rows' daily sums, kept by triggers (chat/rollup.py), for the dashboard
+- rollups: the usage rows' daily sums, kept by triggers (chat/metering/summary_triggers.py), for the dashboard
 - workers: one lease per serving process
 - attachments: uploaded files, sent with a message
 - folders: a person's folders of conversations (pin and archive are fields of Conversation)
 - reviews: reads of a conversation by someone other than its owner
 - shares: read-only links to a conversation
 - presets: a person's prompt presets and defaults for a new chat
-- chat/budgets.py: prices and monthly budgets (their models are re-exported here too)
+- budgets: prices per model and monthly budgets
+- responses: /v1/responses answers kept for a follow-up's previous_response_id
+- tools: MCP servers, their tools' settings and the calls made (docs/tools.md)
 """
 
-from ..budgets import Budget, Limit, Price, Spent, budget_for, month_start, price_unpriced, priced, spent
-from .access import Access, GroupDefaults, ModelAccess, access_for, access_of
-from .attachments import Attachment, AttachmentQuerySet
-from .base import ChatError, Status, fit, insert_row, update_row
-from .conversations import (
-    CONTINUE_PROMPT,
-    Conversation,
-    ConversationQuerySet,
-    Message,
-    MessageQuerySet,
-    Turn,
-    begin_turn,
-)
-from .folders import Folder, FolderQuerySet
-from .invites import Invite, InviteQuerySet
-from .presets import ChatDefaults, PromptPreset, PromptPresetQuerySet
-from .providers import (
-    DEMO_MODEL,
-    DEMO_PROVIDER,
-    CatalogCold,
-    CatalogEntry,
-    Provider,
-    ProviderQuerySet,
-    cached_catalog,
-    client,
-    demo_api_key,
-    resolve_in,
-    stream_state,
-    timeouts,
-    with_catalog,
-)
-from .reviews import ConversationRead, ConversationReadQuerySet
-from .rollups import PersonDay, PersonMonth, TokenMonth, UsageDay
-from .shares import Share, ShareQuerySet
-from .tokens import TOKEN_PREFIX, ApiToken, ApiTokenQuerySet
-from .usage import Usage, UsageQuerySet
-from .workers import INTERRUPTED_ERROR, Worker, WorkerQuerySet
+from chat.models.access import Access, GroupDefaults, ModelAccess, access_of
+from chat.models.attachments import Attachment, AttachmentQuerySet
+from chat.models.base import ChatError, Status, fit, insert_row, update_row
+from chat.models.budgets import Budget, Price
+from chat.models.conversations import Conversation, ConversationQuerySet, Message, MessageQuerySet
+from chat.models.folders import Folder, FolderQuerySet
+from chat.models.invites import Invite, InviteQuerySet
+from chat.models.presets import ChatDefaults, PromptPreset, PromptPresetQuerySet
+from chat.models.providers import DEMO_MODEL, DEMO_PROVIDER, Provider, ProviderQuerySet, demo_api_key
+from chat.models.responses import StoredResponse, StoredResponseQuerySet
+from chat.models.reviews import ConversationRead, ConversationReadQuerySet
+from chat.models.rollups import PersonDay, PersonMonth, TokenMonth, UsageDay
+from chat.models.shares import Share, ShareQuerySet
+from chat.models.tokens import TOKEN_PREFIX, ApiToken, ApiTokenQuerySet
+from chat.models.tools import NAME_SEPARATOR, McpServer, McpServerQuerySet, McpTool, ToolCall
+from chat.models.usage import Usage, UsageQuerySet
+from chat.models.workers import INTERRUPTED_ERROR, Worker, WorkerQuerySet
 
 __all__ = [
-    "CONTINUE_PROMPT",
     "DEMO_MODEL",
     "DEMO_PROVIDER",
     "INTERRUPTED_ERROR",
+    "NAME_SEPARATOR",
     "TOKEN_PREFIX",
     "Access",
     "ApiToken",
@@ -67,8 +48,6 @@ __all__ = [
     "Attachment",
     "AttachmentQuerySet",
     "Budget",
-    "CatalogCold",
-    "CatalogEntry",
     "ChatDefaults",
     "ChatError",
     "Conversation",
@@ -80,7 +59,9 @@ __all__ = [
     "GroupDefaults",
     "Invite",
     "InviteQuerySet",
-    "Limit",
+    "McpServer",
+    "McpServerQuerySet",
+    "McpTool",
     "Message",
     "MessageQuerySet",
     "ModelAccess",
@@ -93,31 +74,19 @@ __all__ = [
     "ProviderQuerySet",
     "Share",
     "ShareQuerySet",
-    "Spent",
     "Status",
+    "StoredResponse",
+    "StoredResponseQuerySet",
     "TokenMonth",
-    "Turn",
+    "ToolCall",
     "Usage",
     "UsageDay",
     "UsageQuerySet",
     "Worker",
     "WorkerQuerySet",
-    "access_for",
     "access_of",
-    "begin_turn",
-    "budget_for",
-    "cached_catalog",
-    "client",
     "demo_api_key",
     "fit",
     "insert_row",
-    "month_start",
-    "price_unpriced",
-    "priced",
-    "resolve_in",
-    "spent",
-    "stream_state",
-    "timeouts",
     "update_row",
-    "with_catalog",
 ]

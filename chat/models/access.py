@@ -6,13 +6,13 @@ empty model); a model with neither is open to everyone. Superusers may use every
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from django.contrib.auth.models import Group
 from django.db import connection, models
 
-from .. import db
-from .base import MODEL_MAX_LENGTH
+from chat.models.base import MODEL_MAX_LENGTH
 
 
 class ModelAccess(models.Model):
@@ -44,6 +44,11 @@ class GroupDefaults(models.Model):
         max_length=MODEL_MAX_LENGTH, blank=True, help_text="A model id, or provider/model-id. Empty: the site's."
     )
     system_prompt = models.TextField(blank=True, help_text="Used when a new chat sets none. Empty: none.")
+    tools = models.JSONField(
+        null=True, blank=True,
+        help_text='The MCP tools switched on in a new chat, as a list of "server__tool" names. Empty: every tool '
+        "the member may use. A person's own default (their settings page) comes first.",
+    )  # fmt: skip
 
     class Meta:
         verbose_name = "chat defaults"
@@ -63,6 +68,7 @@ class Access:
     rules: dict[tuple[int, str], frozenset[int]]
     default_model: str = ""
     system_prompt: str = ""
+    tools: list[str] | None = None  # the group's default MCP tools for a new chat (None: every tool)
 
     def allows(self, provider_id: int, model: str) -> bool:
         """Whether this person may use `model` of that provider."""
@@ -70,11 +76,6 @@ class Access:
             return True
         allowed = self.rules.get((provider_id, model), self.rules.get((provider_id, "")))
         return allowed is None or bool(allowed & self.groups)
-
-
-async def access_for(user) -> Access:
-    """The limits as they apply to `user`, read in one trip to a database thread (see access_of)."""
-    return await db.run(access_of)(user)
 
 
 def access_of(user) -> Access:
@@ -97,20 +98,34 @@ def access_of(user) -> Access:
                 allowed.add(group_id)
         # The person's groups by name, with the defaults of those that have them.
         cursor.execute(
-            f"SELECT m.group_id, d.default_model, d.system_prompt FROM {quote(memberships)} m "
+            f"SELECT m.group_id, d.default_model, d.system_prompt, d.tools FROM {quote(memberships)} m "
             f"JOIN {quote(Group._meta.db_table)} g ON g.id = m.group_id "
             f"LEFT JOIN {quote(GroupDefaults._meta.db_table)} d ON d.group_id = m.group_id "
             "WHERE m.user_id = %s ORDER BY g.name",
             [user.pk],
         )
         rows = cursor.fetchall()
-    groups = frozenset(group_id for group_id, _, _ in rows)
-    default_model = next((model for _, model, _ in rows if model), "")
-    system_prompt = next((prompt for _, _, prompt in rows if prompt), "")
+    groups = frozenset(row[0] for row in rows)
+    default_model = next((row[1] for row in rows if row[1]), "")
+    system_prompt = next((row[2] for row in rows if row[2]), "")
+    tools = next((names for row in rows if (names := tool_names(row[3])) is not None), None)
     return Access(
         everything=user.is_superuser,
         groups=groups,
         rules={key: frozenset(value) for key, value in rules.items()},
         default_model=default_model,
         system_prompt=system_prompt,
+        tools=tools,
     )
+
+
+def tool_names(value) -> list[str] | None:
+    """A stored list of tool names as read by plain SQL (text on SQLite, parsed on PostgreSQL); None if not one."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return None
+    if isinstance(value, list) and all(isinstance(name, str) for name in value):
+        return value
+    return None

@@ -1,6 +1,7 @@
 """Attachments: files a person uploads, then sends with a message; documents as text, images as data URLs.
 
-An upload is checked and read at once (chat/extract.py) and stored without a message; the
+An upload is checked and read at once (chat/lib/attachment_content.py) and stored without a message
+(chat/actions/attachments.py); the
 `send` frame that names it ties it to the user's message (chat/models/conversations.py). The
 bytes live in the database (ATTACHMENT_STORAGE=database, SQLite's default) or in the
 `attachments` storage (a MEDIA_ROOT directory, or S3-compatible with django-storages); either
@@ -21,11 +22,9 @@ from django.db import models
 from django.db.models import Sum
 from django.db.models.signals import post_delete
 from django.dispatch import receiver
-from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from .. import extract
-from .base import ChatError
+from chat.models.base import ChatError
 
 log = logging.getLogger(__name__)
 
@@ -111,44 +110,6 @@ class Attachment(models.Model):
     def __str__(self) -> str:
         return self.name
 
-    @classmethod
-    def create_for(cls, owner, name: str, size: int, inspected: extract.Inspected) -> Attachment:
-        """Store a checked upload, within the owner's quota; unsent uploads a day old go first."""
-        old = cls.objects.owned_by(owner).unsent().filter(created__lt=timezone.now() - UNSENT_KEPT)
-        for stale in old:
-            stale.delete()
-        stored = len(inspected.data) + len(inspected.text.encode())
-        used = cls.objects.owned_by(owner).stored_bytes()
-        if used + stored > settings.ATTACHMENT_QUOTA_BYTES:
-            raise ChatError(
-                "quota_exceeded",
-                _(
-                    "Your attachments would take %(size)s, over your storage quota of %(quota)s; "
-                    "delete conversations with attachments to make room."
-                )
-                % {"size": human_size(used + stored), "quota": human_size(settings.ATTACHMENT_QUOTA_BYTES)},
-            )
-        attachment = cls(
-            owner=owner,
-            name=name[:255] or "attachment",
-            kind=inspected.kind,
-            content_type=inspected.content_type,
-            size=size,
-            stored_bytes=stored,
-            text=inspected.text,
-            tokens=inspected.tokens,
-            width=inspected.width,
-            height=inspected.height,
-        )
-        if settings.ATTACHMENT_STORAGE == "database":
-            attachment.data = inspected.data
-        else:
-            # Never the user's file name: no path tricks, no collisions, nothing guessable.
-            name = f"{owner.pk}/{uuid.uuid4().hex}"
-            attachment.path = attachment_storage().save(name, ContentFile(inspected.data))
-        attachment.save()
-        return attachment
-
     def read(self) -> bytes:
         if self.data is not None:
             return bytes(self.data)
@@ -191,57 +152,3 @@ def human_size(size: float) -> str:
         if size < 1000 or unit == "GB":
             break
     return f"{size:.1f} {unit}" if size < 10 else f"{size:,.0f} {unit}"
-
-
-# --- what the model is sent -------------------------------------------------------------
-
-
-def document_block(attachment: Attachment) -> str:
-    """A document's text, delimited, with its name: the model can tell it apart from the user's words."""
-    name = attachment.name.replace('"', "'")
-    return f'<attachment name="{name}">\n{attachment.text}\n</attachment>'
-
-
-def upstream_content(text: str, attachments: list[Attachment], *, images: bool) -> str | list[dict]:
-    """A user message's content for the upstream: documents before the words, then the images as parts.
-
-    images=False (a model that does not accept them, earlier in a conversation): each image
-    becomes a one-line note instead, so the rest of the conversation can still go on.
-    """
-    blocks = [document_block(a) for a in attachments if a.kind == Attachment.Kind.DOCUMENT]
-    pictures = [a for a in attachments if a.kind == Attachment.Kind.IMAGE]
-    if pictures and not images:
-        blocks += [f"[An image, {a.name}, was attached here; this model does not accept images.]" for a in pictures]
-        pictures = []
-    joined = "\n\n".join([*blocks, text] if text else blocks)
-    if not pictures:
-        return joined
-    parts: list[dict] = [{"type": "text", "text": joined}] if joined else []
-    parts += [{"type": "image_url", "image_url": {"url": a.data_url()}} for a in pictures]
-    return parts
-
-
-def check_message(attachments: list[Attachment], text: str) -> None:
-    """The per-message limits: bytes uploaded and estimated tokens (the words and the documents)."""
-    if len(attachments) > MAX_PER_MESSAGE:
-        raise ChatError(
-            "too_many_attachments",
-            _("At most %(count)s attachments can go with one message.") % {"count": MAX_PER_MESSAGE},
-        )
-    size = sum(a.size for a in attachments)
-    if size > settings.ATTACHMENT_MAX_MESSAGE_BYTES:
-        raise ChatError(
-            "attachments_too_large",
-            _("The attachments add up to %(size)s, over the limit of %(limit)s per message.")
-            % {"size": human_size(size), "limit": human_size(settings.ATTACHMENT_MAX_MESSAGE_BYTES)},
-        )
-    tokens = extract.estimate_tokens(text) + sum(a.tokens for a in attachments)
-    if tokens > settings.ATTACHMENT_MAX_MESSAGE_TOKENS:
-        raise ChatError(
-            "too_many_tokens",
-            _(
-                "The message with its attachments comes to about %(tokens)s tokens, over the limit of "
-                "%(limit)s per message; attach less, or a shorter document."
-            )
-            % {"tokens": f"{tokens:,}", "limit": f"{settings.ATTACHMENT_MAX_MESSAGE_TOKENS:,}"},
-        )

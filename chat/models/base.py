@@ -47,11 +47,10 @@ class Status(models.TextChoices):
 # --- a stream's rows, by statements compiled once --------------------------------
 #
 # A stream's start inserts up to four rows and reads a few; its end updates up to three. The ORM
-# builds and compiles each of those statements anew, which costs about as much as running them
-# (a message's insert 400 us against 184, an update 405 against 162 on SQLite): on the websocket,
-# a third of a start's CPU. insert_row and update_row do what create() and update() do for plain
-# values, from SQL made once per model and set of columns; no model signals are sent (the models
-# written here have no receivers). rows_of reads rows by SQL of the caller's.
+# builds and compiles each of those statements anew, which costs about as much as running them,
+# on every stream (docs/decisions/0002-hand-written-sql.md). insert_row and update_row do what
+# create() and update() do for plain values, from SQL made once per model and set of columns; no
+# model signals are sent (the models written here have no receivers). rows_of reads rows by SQL of the caller's.
 
 # (model, database alias, columns) -> SQL
 _statements: dict[tuple, str] = {}
@@ -67,7 +66,7 @@ def _defaults_of(model: type[models.Model], using: str) -> list[tuple[models.Fie
     """(field, its default, the default as the database takes it) for insert_row()'s columns.
 
     Most of a new row's columns keep their default (a usage row's 28 columns have 9 values
-    at its start): preparing those once, not on every insert, was half of insert_row's work.
+    at its start): preparing those once, not on every insert, saves most of insert_row's work.
     A field whose value is worked out as it is saved (auto_now), or whose default is made
     anew each time (a callable), has _NONE there and is prepared every time.
     """
@@ -100,8 +99,8 @@ def columns_of(model: type[models.Model], using: str = "default") -> str:
 def rows_of(model: type[models.Model], sql: str, params: list, using: str = "default") -> list:
     """The model's instances from SQL selecting columns_of(model): a RawQuerySet without its work on every query.
 
-    RawQuerySet works out the columns, their order and their converters each time: 120 us
-    against 40 for one price row on SQLite, on every stream's start or end.
+    RawQuerySet works out the columns, their order and their converters on every query; these
+    are kept per model, since this runs on every stream's start or end.
     """
     connection = connections[using]
     fields = model._meta.concrete_fields

@@ -1,30 +1,36 @@
-"""Conversations and their messages, and the start of a turn: the user's message and a streaming reply."""
+"""Conversations and their messages."""
 
 from __future__ import annotations
 
 import logging
 import re
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from collections.abc import Mapping
+from datetime import timedelta
 
 from django.conf import settings
-from django.db import models, transaction
-from django.db.models import Q, Sum
-from django.db.models.functions import Coalesce
+from django.db import models
+from django.db.models import Q
+from django.db.models.functions import Coalesce, Greatest, Lower, StrIndex, Substr
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from .. import upstream
-from ..relay import prompt_chars
-from .base import MODEL_MAX_LENGTH, ChatError, Status, insert_row, update_row
-from .providers import CatalogEntry
-from .usage import Usage
-from .workers import INTERRUPTED_ERROR, Worker, streaming_worker
+from chat.models.base import MODEL_MAX_LENGTH, Status, update_row
+from chat.models.usage import Usage
+from chat.models.workers import streaming_worker
 
 log = logging.getLogger(__name__)
 
 
 # --- conversations and messages -----------------------------------------------
+
+
+def branch_ids(parent_of: Mapping[int, int | None], end: int | None) -> list[int]:
+    """The branch that ends at `end`, root first: `end` and its ancestors, from each message's parent."""
+    path, pk = [], end
+    while pk is not None and pk in parent_of:
+        path.append(pk)
+        pk = parent_of[pk]
+    return path[::-1]
 
 
 class ConversationQuerySet(models.QuerySet):
@@ -59,6 +65,23 @@ class ConversationQuerySet(models.QuerySet):
     def newest_first(self):
         return self.order_by("-updated", "-pk")
 
+    def excerpts(self, query: str, before: int = 60, after: int = 160) -> dict[int, str]:
+        """Each conversation's first message containing `query` (case-insensitive), cut around the match.
+
+        The cut is made by the database (a few hundred characters per conversation, not its messages).
+        """
+        position = StrIndex(Lower("content"), Lower(models.Value(query)))
+        first = (
+            Message.objects.filter(conversation=models.OuterRef("pk"))
+            .annotate(at=position)
+            .filter(at__gt=0)
+            .annotate(excerpt=Substr("content", Greatest(models.F("at") - before, 1), before + len(query) + after))
+            .order_by("pk")
+            .values("excerpt")[:1]
+        )
+        rows = self.annotate(excerpt=models.Subquery(first)).values_list("pk", "excerpt")
+        return {pk: excerpt for pk, excerpt in rows if excerpt}
+
     def search(self, query: str):
         """Conversations whose title or any message contains the query."""
         if not query:
@@ -91,7 +114,7 @@ def _plain(line: str) -> str:
 class Conversation(models.Model):
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="conversations")
     title = models.CharField(max_length=200, blank=True)
-    # Renamed by its owner: a model-written title (chat/titles.py) never replaces theirs.
+    # Renamed by its owner: a model-written title (chat/actions/titles.py) never replaces theirs.
     title_locked = models.BooleanField(default=False)
     model = models.CharField(max_length=MODEL_MAX_LENGTH, blank=True, help_text="The model of the last stream.")
     system_prompt = models.TextField(blank=True)
@@ -108,6 +131,8 @@ class Conversation(models.Model):
     # a folder of the owner's (deleting it leaves its conversations unfiled).
     pinned = models.BooleanField(default=False)
     archived = models.BooleanField(default=False)
+    # The MCP tools switched on for this conversation, "server__tool" names; None: every tool the person may use.
+    tools = models.JSONField(null=True, blank=True)
     folder = models.ForeignKey(
         "chat.Folder", null=True, blank=True, on_delete=models.SET_NULL, related_name="conversations"
     )
@@ -118,7 +143,7 @@ class Conversation(models.Model):
         ordering = ["-updated"]
         indexes = [
             models.Index(fields=["owner", "-updated"]),
-            # The sidebar's pages: one owner's listed conversations, newest first (chat/organise.py).
+            # The sidebar's pages: one owner's listed conversations, newest first (chat/views/sidebar.py).
             models.Index(fields=["owner", "archived", "pinned", "folder", "-updated", "-id"], name="chat_conv_sidebar"),
         ]
 
@@ -148,12 +173,7 @@ class Conversation(models.Model):
 
     def path_ids(self) -> list[int]:
         """The ids of the messages on the chosen branch, root first: `current` and its ancestors."""
-        parents = dict(self.messages.values_list("pk", "parent_id"))
-        path, pk = [], self.current_id
-        while pk is not None and pk in parents:
-            path.append(pk)
-            pk = parents[pk]
-        return path[::-1]
+        return branch_ids(dict(self.messages.values_list("pk", "parent_id")), self.current_id)
 
     def deepest(self, pk: int) -> int:
         """The last message of the branch through `pk`, following at each step the child last shown
@@ -188,26 +208,6 @@ class Conversation(models.Model):
         found = self.messages.in_bulk(ids)
         return [found[pk] for pk in ids]
 
-    def upstream_messages(self, *, images: bool = False) -> list[dict]:
-        """The history in OpenAI's shape: system prompt, then every message with text or attachments.
-
-        A user message's attachments go with it (chat/models/attachments.py): documents as
-        delimited text before its words, images as image_url parts when `images` (the model accepts them).
-        """
-        from .attachments import Attachment, upstream_content
-
-        history: list[dict] = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
-        attached: dict[int, list[Attachment]] = {}
-        for attachment in Attachment.objects.filter(message__conversation=self):
-            attached.setdefault(attachment.message_id, []).append(attachment)
-        on_path = set(self.path_ids())
-        for pk, role, content in self.messages.filter(pk__in=on_path).values_list("pk", "role", "content"):
-            if pk in attached:
-                history.append({"role": role, "content": upstream_content(content, attached[pk], images=images)})
-            elif content:
-                history.append({"role": role, "content": content})
-        return history
-
 
 class MessageQuerySet(models.QuerySet):
     def streaming(self):
@@ -216,71 +216,19 @@ class MessageQuerySet(models.QuerySet):
     def save_partial(self, pk: int, content: str, reasoning: str) -> None:
         """Store a streaming message's text so far (not once it has ended), by a statement compiled once.
 
-        Every stream saves about once a second: the ORM's compiling of the update cost eight
-        times its running (370 µs against 45 on SQLite), a few percent of a websocket stream's CPU.
+        Every stream saves about once a second, and the ORM's compiling of the update costs
+        several times its running (docs/decisions/0002-hand-written-sql.md).
         """
         values = {"content": content, "reasoning": reasoning, "updated": timezone.now()}
         update_row(Message, pk, values, self.db, where={"status": Message.Status.STREAMING})
 
-    def recover_orphans(
-        self, lease: timedelta | None = None, *, only: int | None = None, before: datetime | None = None
-    ) -> list[Message]:
-        """Mark streams whose owning process is dead as interrupted, with estimated usage.
+    def request_stop(self, pk: int) -> bool:
+        """Ask the process streaming this reply to stop it, through the database; False if it no longer streams."""
+        return bool(self.streaming().filter(pk=pk).update(stop_requested=True))
 
-        A stream is orphaned when its worker's lease is older than `lease`; lease=None
-        takes every stream not owned by this process (one process, just started), with
-        or without a worker. This process's own streams are never touched: it is alive.
-        `before` (with lease=None): only streams last written before then, when this process
-        began serving; one it started before its lease was registered is its own.
-        API usage rows (no message) of dead workers are closed the same way.
-        `only` limits the sweep to one message (attach/stop to a stream whose owner is gone).
-        """
-        now = timezone.now()
-        mine = Worker.current_id()
-        if lease is None:
-            dead = ~Q(worker=mine) | Q(worker__isnull=True) if mine is not None else Q()
-        else:
-            # A row without a worker predates leases or comes from a process that did not
-            # register: only a lone process at start-up (lease=None) may take it as dead.
-            dead = Q(worker__heartbeat__lt=now - lease) & ~Q(worker=mine)
-        dead_messages, dead_api_rows = dead, dead
-        if lease is None and before is not None:
-            dead_messages, dead_api_rows = dead & Q(updated__lt=before), dead & Q(started__lt=before)
-        with transaction.atomic():
-            orphans = self.streaming().filter(dead_messages)
-            if only is not None:
-                orphans = orphans.filter(pk=only)
-            orphans = list(orphans.select_for_update(of=("self",)))
-            for message in orphans:
-                message.status = Message.Status.INTERRUPTED
-                message.error = INTERRUPTED_ERROR
-                message.updated = now
-                message.save(update_fields=["status", "error", "updated"])
-                # A continued answer's earlier streams metered their part of the text already.
-                earlier = Usage.objects.filter(message=message).exclude(status=Message.Status.STREAMING)
-                before = earlier.aggregate(out=Sum("completion_tokens"), thought=Sum("reasoning_tokens"))
-                completion = upstream.estimate_tokens(len(message.content) + len(message.reasoning))
-                completion = max(0, completion - (before["out"] or 0))
-                reasoning = max(0, upstream.estimate_tokens(len(message.reasoning)) - (before["thought"] or 0))
-                Usage.objects.filter(message=message, status=Message.Status.STREAMING).update(
-                    status=Message.Status.INTERRUPTED,
-                    completion_tokens=completion,
-                    reasoning_tokens=reasoning,
-                    total_tokens=models.F("prompt_tokens") + completion,
-                    estimated=True,
-                    ended=now,
-                    error=message.error,
-                )
-            if only is None:
-                # API streams keep no text: their usage is closed with what the row has (their checkpoints).
-                Usage.objects.filter(dead_api_rows, message__isnull=True, status=Message.Status.STREAMING).update(
-                    status=Message.Status.INTERRUPTED, estimated=True, ended=now, error=INTERRUPTED_ERROR
-                )
-        # The swept rows (chat and API) get the price table's cost, like any final save.
-        from ..budgets import price_unpriced  # chat.budgets refers to Usage: imported when needed
-
-        price_unpriced(Usage.objects.filter(status=Message.Status.INTERRUPTED, ended=now, cost__isnull=True))
-        return orphans
+    def stops_requested(self, ids: list[int]) -> list[int]:
+        """Which of these streaming replies someone asked, through the database, to stop."""
+        return list(self.streaming().filter(pk__in=ids, stop_requested=True).values_list("pk", flat=True))
 
 
 class Message(models.Model):
@@ -299,6 +247,8 @@ class Message(models.Model):
     content = models.TextField(blank=True)
     reasoning = models.TextField(blank=True)
     tool_calls = models.JSONField(null=True, blank=True)
+    # A turn's rounds of MCP tool calls (chat/streaming/tool_loop.py): [{"at": offset in content, "calls": [...]}].
+    tool_rounds = models.JSONField(null=True, blank=True)
     thinking_ms = models.PositiveIntegerField("time spent thinking (ms)", null=True, blank=True)
     status = models.CharField(max_length=12, choices=Status.choices, default=Status.COMPLETE, db_index=True)
     finish_reason = models.CharField(max_length=30, blank=True)
@@ -309,6 +259,11 @@ class Message(models.Model):
     # Switching back to a version shows the branch below it as it was last seen (Conversation.deepest).
     chosen = models.DateTimeField(null=True, blank=True, help_text="When it was last on the branch shown.")
     worker = streaming_worker()
+    # Set to stop the stream when its process cannot be told through the channel layer (Redis away)
+    # or from the admin: the process checks its streams' rows every second (chat/actions/streams.py).
+    stop_requested = models.BooleanField(
+        default=False, db_default=False, help_text="A stop asked through the database."
+    )
     # An imported answer's usage as its export had it: shown and exported again, never metered or billed.
     imported_usage = models.JSONField(null=True, blank=True, help_text="Usage from an import (not billed).")
 
@@ -332,217 +287,3 @@ class Message(models.Model):
         if self.role != Message.Role.ASSISTANT or self.tool_calls:
             return False
         return self.finish_reason == "length" or self.status in (Status.STOPPED, Status.INTERRUPTED)
-
-
-@dataclass(frozen=True)
-class Turn:
-    conversation: Conversation
-    user_message: Message
-    reply: Message
-    usage: Usage
-    history: list[dict[str, str]]
-    # A continued answer: its (content, reasoning) before this stream, which appends to them.
-    prefix: tuple[str, str] | None = None
-
-
-# The follow-up turn that asks for the rest of a cut answer (not stored; docs/websocket.md):
-# the providers' documents (i14, api14, infyrence) describe no assistant prefill.
-CONTINUE_PROMPT = "Continue exactly where your last message stopped. Do not repeat anything already written."
-
-
-def begin_turn(
-    user,
-    entry: CatalogEntry,
-    params: dict,
-    *,
-    conversation_id: int | None = None,
-    content: str | None = None,
-    edit: int | None = None,
-    system_prompt: str | None = None,
-    worker_id: int | None = None,
-    attachments: list[int] | None = None,
-    regenerate: int | None = None,
-    continued: int | None = None,
-) -> Turn:
-    """Store the user's message (new, edited, or the last one again) and an empty streaming reply.
-
-    content alone: a new message after the conversation's current one. edit=<id of any user
-    message> with content: a sibling of it (same parent, same attachments) with a new reply.
-    Neither: a sibling answer to the user message of `regenerate` (an answer or a user message;
-    default the current one). continued=<id of the current answer, cut or stopped>: no new
-    message; that answer streams again, appending (Turn.prefix), asked with CONTINUE_PROMPT.
-    Old branches are kept; `current` becomes the new reply.
-    Refused while a reply streams in the conversation: one stream per conversation,
-    and over the user's limits (chat/limits.py) or budget (chat/budgets.py), before anything
-    is stored; a refusal over budget leaves a `refused` usage row.
-    worker_id: the process that will stream the reply (its lease keeps the reply alive).
-    attachments: ids of the user's unsent uploads, sent with a new message (chat/models/attachments.py).
-    """
-    from .. import limits
-    from ..budgets import BudgetExceeded, refuse
-
-    try:
-        return _begin_turn(
-            user,
-            entry,
-            params,
-            conversation_id,
-            content,
-            edit,
-            system_prompt,
-            worker_id,
-            limits,
-            attachments or [],
-            regenerate,
-            continued,
-        )
-    except BudgetExceeded as exc:
-        refuse(user, source=Usage.Source.CHAT, provider_id=entry.provider.pk, model=entry.model,
-               prompt_tokens=exc.prompt_tokens, detail=exc.detail)  # fmt: skip
-        raise ChatError(exc.code, exc.detail) from None
-
-
-def _begin_turn(
-    user, entry, params, conversation_id, content, edit, system_prompt, worker_id, limits, attachment_ids,
-    regenerate, continued,
-) -> Turn:  # fmt: skip
-    from ..budgets import BudgetExceeded, reserve
-    from .attachments import Attachment, check_message
-
-    images = entry.provider.accepts_images(entry.model)
-    with transaction.atomic():
-        limits.enforce(user, source=Usage.Source.CHAT)
-        attachments = Attachment.objects.for_message(user, attachment_ids) if attachment_ids else []
-        if attachments:
-            check_message(attachments, content or "")
-            if not images and any(a.kind == Attachment.Kind.IMAGE for a in attachments):
-                raise ChatError(
-                    "images_not_supported",
-                    _("%(model)s does not accept images: remove the image, or pick a model that accepts them.")
-                    % {"model": entry.model},
-                )
-        if conversation_id is None:
-            title = Conversation.title_for(content or (attachments[0].name if attachments else ""))
-            conversation = insert_row(Conversation(owner=user, title=title))
-        else:
-            conversation = Conversation.objects.owned_by(user).select_for_update().filter(pk=conversation_id).first()
-            if conversation is None:
-                raise ChatError("not_found", _("No such conversation."))
-            if conversation.messages.streaming().exists():
-                raise ChatError("busy", _("A reply is still streaming in this conversation; stop it first."))
-        reply = prefix = None
-        if continued is not None:
-            reply = _continued_answer(conversation, continued)
-            user_message, prefix = reply.parent, (reply.content, reply.reasoning)
-        elif edit is not None:
-            edited = conversation.messages.filter(pk=edit, role=Message.Role.USER).first()
-            if edited is None:
-                raise ChatError("not_found", _("No such message."))
-            user_message = conversation.messages.create(role=Message.Role.USER, content=content, parent=edited.parent)
-            Attachment.objects.copy_to(user_message, edited.attachments.all())
-        elif content is None:
-            user_message = _regenerated(conversation, regenerate)
-        else:
-            # A new conversation's path is this message and its answer: both are stamped as chosen
-            # as they are written, instead of by show()'s query and update.
-            user_message = insert_row(Message(
-                conversation=conversation, role=Message.Role.USER, content=content,
-                parent_id=conversation.current_id, chosen=timezone.now() if conversation_id is None else None,
-            ))  # fmt: skip
-            if attachments:
-                Attachment.objects.attach_to(user_message, attachments)
-        now = timezone.now()
-        # In memory only for now (saved once, below, with the reply as current): the history ends with it.
-        # The id, not the row: each message already refers to its conversation, and a reference
-        # back would make a cycle that keeps every turn's rows until the garbage collector runs.
-        conversation.current_id = (reply or user_message).pk
-        conversation.model = entry.qualified
-        conversation.updated = now
-        if params:
-            conversation.merge_params(params)
-        if system_prompt is not None:
-            conversation.system_prompt = system_prompt
-        if conversation_id is None and not attachments:
-            # Created just now, it holds only this message: its history needs no query.
-            history = [{"role": "system", "content": conversation.system_prompt}] if conversation.system_prompt else []
-            if content:
-                history.append({"role": Message.Role.USER.value, "content": content})
-        else:
-            history = conversation.upstream_messages(images=images)
-        if reply is not None:
-            history.append({"role": Message.Role.USER, "content": CONTINUE_PROMPT})
-        prompt_tokens = upstream.estimate_tokens(prompt_chars(history))  # chat/relay.py: text and images
-        try:
-            reservation = reserve(
-                user,
-                provider_id=entry.provider.pk,
-                model=entry.model,
-                prompt_tokens=prompt_tokens,
-                max_tokens=conversation.params.get("max_tokens") or settings.UPSTREAM_MAX_TOKENS,
-            )
-        except BudgetExceeded as exc:
-            exc.prompt_tokens = prompt_tokens
-            raise
-        if reply is None:
-            reply = insert_row(
-                Message(
-                    conversation=conversation,
-                    parent=user_message,
-                    role=Message.Role.ASSISTANT,
-                    status=Message.Status.STREAMING,
-                    model=entry.model,
-                    updated=now,
-                    worker_id=worker_id,
-                    chosen=user_message.chosen if conversation_id is None else None,
-                )
-            )
-        else:
-            reply.status, reply.model, reply.updated = Message.Status.STREAMING, entry.model, now
-            reply.worker_id, reply.error, reply.finish_reason = worker_id, "", ""
-            reply.save(update_fields=["status", "model", "updated", "worker", "error", "finish_reason"])
-        conversation.current_id = reply.pk
-        update_row(Conversation, conversation.pk, {
-            "current": reply, "model": conversation.model, "updated": now, "params": conversation.params,
-            "system_prompt": conversation.system_prompt,
-        })  # fmt: skip
-        if conversation_id is not None:  # an existing conversation: stamp the branch now shown
-            conversation.messages.filter(pk__in=conversation.path_ids()).update(chosen=now)
-        usage = insert_row(
-            Usage(
-                user=user,
-                provider=entry.provider,
-                message=reply,
-                model=entry.model,
-                status=Message.Status.STREAMING,
-                prompt_tokens=prompt_tokens,
-                reserved_usd=reservation.usd,
-                reserved_tokens=reservation.tokens,
-                worker_id=worker_id,
-            )
-        )
-    return Turn(conversation, user_message, reply, usage, history, prefix)
-
-
-def _regenerated(conversation: Conversation, pk: int | None) -> Message:
-    """The user message a regenerated answer answers: of the answer `pk`, `pk` itself, or of the current one."""
-    message = conversation.messages.filter(pk=pk or conversation.current_id).first()
-    if pk is not None and message is None:
-        raise ChatError("not_found", "No such message.")
-    if message is not None and message.role == Message.Role.ASSISTANT:
-        message = message.parent
-    if message is None or message.role != Message.Role.USER:
-        raise ChatError("nothing_to_regenerate", _("There is no message to answer again."))
-    return message
-
-
-def _continued_answer(conversation: Conversation, pk: int) -> Message:
-    """The answer `continue` appends to: the current one, cut at the token limit, stopped or interrupted."""
-    reply = conversation.messages.filter(pk=pk, role=Message.Role.ASSISTANT).select_related("parent").first()
-    if reply is None:
-        raise ChatError("not_found", "No such message.")
-    if reply.pk != conversation.current_id:
-        raise ChatError("not_current", _("Only the last answer of the branch shown can be continued."))
-    if not reply.continuable:
-        detail = _("Only an answer cut at the token limit, stopped or interrupted can go on.")
-        raise ChatError("not_continuable", detail)
-    return reply

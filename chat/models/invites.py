@@ -13,7 +13,7 @@ from django.db import models, transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from .base import ChatError
+from chat.models.base import ChatError
 
 
 class InviteQuerySet(models.QuerySet):

@@ -7,9 +7,9 @@ from django.db import connection, models
 from django.db.models import Q
 from django.utils import timezone
 
-from .base import MODEL_MAX_LENGTH, columns_of, rows_of
+from chat.models.base import MODEL_MAX_LENGTH, columns_of, rows_of
 
-MAX_PRESET_TEXT = 20_000  # characters, as a message's system prompt (chat/params.py)
+MAX_PRESET_TEXT = 20_000  # characters, as a message's system prompt (chat/lib/model_params.py)
 
 
 class PromptPresetQuerySet(models.QuerySet):
@@ -29,7 +29,9 @@ class PromptPreset(models.Model):
     text = models.TextField(blank=True)
     system_prompt = models.TextField(blank=True)
     model = models.CharField(max_length=MODEL_MAX_LENGTH, blank=True, help_text="Empty: the chat's model.")
-    params = models.JSONField(default=dict, blank=True, help_text="temperature, max_tokens, … (chat/params.py)")
+    params = models.JSONField(
+        default=dict, blank=True, help_text="temperature, max_tokens, … (chat/lib/model_params.py)"
+    )
     published = models.BooleanField(
         default=False, db_index=True, help_text="Listed for everyone (read-only to them). Only staff may publish."
     )
@@ -67,6 +69,8 @@ class ChatDefaults(models.Model):
     model = models.CharField(max_length=MODEL_MAX_LENGTH, blank=True)
     temperature = models.FloatField(null=True, blank=True)
     system_prompt = models.TextField(blank=True)
+    # The MCP tools ("server__tool") switched on in a new chat; None: the group's default, else every tool.
+    tools = models.JSONField(null=True, blank=True)
 
     class Meta:
         verbose_name = "personal chat defaults"
@@ -80,7 +84,7 @@ class ChatDefaults(models.Model):
         """The person's defaults, unsaved and empty when they set none.
 
         Plain SQL: it runs on every new chat's start, where the ORM's building and compiling
-        of this one-row query cost ten times running it.
+        of this one-row query costs more than running it.
         """
         quote = connection.ops.quote_name
         user_column = quote(cls._meta.get_field("user").column)
@@ -89,7 +93,8 @@ class ChatDefaults(models.Model):
         return found[0] if found else cls(user=user)
 
     def as_json(self) -> dict:
-        return {"model": self.model, "temperature": self.temperature, "system_prompt": self.system_prompt}
+        fields = {"model": self.model, "temperature": self.temperature, "system_prompt": self.system_prompt}
+        return {**fields, "tools": self.tools}
 
     def apply(self, model: str | None, params: dict, system_prompt: str | None) -> tuple[str | None, dict, str | None]:
         """A new chat's model, params and system prompt, each from the request when it sent one, else from here."""

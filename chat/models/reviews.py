@@ -35,6 +35,17 @@ class ConversationRead(models.Model):
         return f"{self.reader} read “{self.title}” of {self.owner}"
 
     @classmethod
+    def record_attachment(cls, attachment, reader, where: str) -> ConversationRead | None:
+        """A read of someone's attachment (its file or its text), recorded against its conversation if it was sent."""
+        if reader.pk == attachment.owner_id:
+            return None
+        conversation = attachment.message.conversation if attachment.message_id is not None else None
+        title = f"{attachment.name} (attachment of “{conversation.title}”)" if conversation else attachment.name
+        return cls.objects.create(
+            conversation=conversation, title=title[:200], owner_id=attachment.owner_id, reader=reader, where=where,
+        )  # fmt: skip
+
+    @classmethod
     def record(cls, conversation, reader, where: str = "admin") -> ConversationRead | None:
         """A read by anyone but the owner is recorded; the owner's own reads are not."""
         if reader.pk == conversation.owner_id:

@@ -1,4 +1,4 @@
-"""Daily sums of the usage rows, for the dashboard and the budgets: kept by database triggers (chat/rollup.py).
+"""Daily sums of the usage rows, for the dashboard and budgets: kept by triggers (chat/metering/summary_triggers.py).
 
 Not one (day, person, model, source) table: on a team where everyone uses many models it would
 be nearly as long as the rows. Per day, model and source for the totals, the charts and the
@@ -14,7 +14,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
-from .base import MODEL_MAX_LENGTH
+from chat.models.base import MODEL_MAX_LENGTH
 
 
 class Sums(models.Model):
@@ -32,10 +32,20 @@ class Sums(models.Model):
         abstract = True
 
 
+# UsageDay's rows per day, model and source: a usage row counts in shard `id % USAGE_DAY_SHARDS`.
+USAGE_DAY_SHARDS = 16
+
+
 class UsageDay(Sums):
-    """One day, model and source: its sums, how many rows have a TTFT and a speed, and how many ended badly."""
+    """One day, model and source (in shards, summed on read): its sums, rows with a TTFT and a speed, bad endings.
+
+    Every stream's start and end of a model on a day would otherwise write the same row, so that
+    starts of different people waited for each other's commits; a row's shard is its id's, so its
+    start and its end write the same shard, and starts at the same moment (consecutive ids) do not.
+    """
 
     model = models.CharField(max_length=MODEL_MAX_LENGTH)
+    shard = models.SmallIntegerField(default=0)
     timed = models.BigIntegerField(default=0)  # rows with a ttft_ms (the percentiles' positions)
     speeds = models.BigIntegerField(default=0)  # rows with a tokens_per_second
     stopped = models.BigIntegerField(default=0)
@@ -43,7 +53,7 @@ class UsageDay(Sums):
     failed = models.BigIntegerField(default=0)
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["day", "model", "source"], name="usage_day_key")]
+        constraints = [models.UniqueConstraint(fields=["day", "model", "source", "shard"], name="usage_day_shard_key")]
 
     def __str__(self) -> str:
         return f"{self.model} via {self.source} on {self.day}"
@@ -65,7 +75,7 @@ class PersonMonth(Sums):
     """One month (`day` is its first), person and source: their sums, and what their budget counts as spent."""
 
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
-    # The finished rows' cost and reported total tokens (chat.budgets): a row still streaming
+    # The finished rows' cost and reported total tokens (chat.metering.budgets): a row still streaming
     # counts by its reservation instead, read from the row itself.
     budget_cost = models.DecimalField(max_digits=20, decimal_places=8, default=0)
     budget_tokens = models.BigIntegerField(default=0)
@@ -78,7 +88,7 @@ class PersonMonth(Sums):
 
 
 class TokenMonth(models.Model):
-    """One month (`day` is its first) and API token: what the token's own budget counts as spent (chat.budgets)."""
+    """One month (`day` is its first) and API token: what the token's own budget counts as spent (metering.budgets)."""
 
     day = models.DateField()
     token = models.ForeignKey("chat.ApiToken", on_delete=models.CASCADE, related_name="+")

@@ -2,24 +2,24 @@
 
 from __future__ import annotations
 
-import secrets
-
 from django.conf import settings
 from django.db import models
-
-from .base import ChatError
 
 
 class ShareQuerySet(models.QuerySet):
     def owned_by(self, user):
         return self.filter(owner=user)
 
+    def open_links(self):
+        """The links that open at all: a deactivated person's are taken down with their account."""
+        return self.filter(owner__is_active=True)
+
     def visible_to(self, user):
         """The share a visitor may open: any signed-in teammate; anyone when public and public links are on."""
         if user.is_authenticated and user.is_active:
-            return self
+            return self.open_links()
         if settings.CHAT_PUBLIC_SHARES:
-            return self.filter(public=True)
+            return self.open_links().filter(public=True)
         return self.none()
 
 
@@ -32,7 +32,8 @@ class Share(models.Model):
     live = models.BooleanField(default=False, help_text="Shows the conversation as it is now, not as it was shared.")
     public = models.BooleanField(default=False, help_text="Anyone with the link (when CHAT_PUBLIC_SHARES is on).")
     show_usage = models.BooleanField(default=False, help_text="Shows tokens and cost per answer.")
-    # The branch shown when shared (chat/exports.py `path_json`), for a snapshot; None for a live share.
+    show_name = models.BooleanField(default=False, help_text="Shows the owner's name (else no one is named).")
+    # The branch shown when shared (chat/actions/shares.py), for a snapshot; None for a live share.
     snapshot = models.JSONField(null=True, blank=True)
     created = models.DateTimeField(auto_now_add=True)
 
@@ -44,28 +45,11 @@ class Share(models.Model):
     def __str__(self) -> str:
         return f"share of {self.conversation} ({'live' if self.live else 'snapshot'})"
 
-    @classmethod
-    def create_for(cls, conversation, *, live: bool, public: bool, show_usage: bool) -> Share:
-        """A new link; a snapshot copies the branch shown now. Public only where the setting allows it."""
-        from ..exports import path_json
-
-        if public and not settings.CHAT_PUBLIC_SHARES:
-            raise ChatError("public_shares_off", "Public links are turned off on this server (CHAT_PUBLIC_SHARES).")
-        return cls.objects.create(
-            conversation=conversation, owner_id=conversation.owner_id, token=secrets.token_urlsafe(24), live=live,
-            public=public, show_usage=show_usage, snapshot=None if live else path_json(conversation),
-        )  # fmt: skip
-
-    def content(self) -> dict:
-        """What the shared page shows: the snapshot, or the branch shown now; usage left out unless chosen."""
-        from ..exports import path_json
-
-        shown = self.snapshot if not self.live and self.snapshot is not None else path_json(self.conversation)
-        # The messages, not the owner's instructions to the model: no system prompt, no params.
-        shown = {key: value for key, value in shown.items() if key not in ("system_prompt", "params")}
-        if not self.show_usage:
-            shown = {**shown, "messages": [{**m, "usage": None} for m in shown["messages"]]}
-        return shown
+    def shown_name(self) -> str:
+        """Who shared it, as the page says: the owner's full name (else username) if they chose, else nothing."""
+        if not self.show_name:
+            return ""
+        return self.owner.get_full_name().strip() or self.owner.get_username()
 
     def as_json(self) -> dict:
         return {
@@ -75,5 +59,6 @@ class Share(models.Model):
             "live": self.live,
             "public": self.public,
             "show_usage": self.show_usage,
+            "show_name": self.show_name,
             "created": self.created.isoformat(),
         }

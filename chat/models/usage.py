@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import Protocol
 
 from django.conf import settings
 from django.db import models, transaction
@@ -10,13 +11,21 @@ from django.db.models import Count, F, Sum
 from django.utils import timezone
 from django.utils.translation import gettext_lazy
 
-from .. import upstream
-from .base import MODEL_MAX_LENGTH, Status, fit
-from .providers import Provider
-from .tokens import ApiToken
-from .workers import streaming_worker
+from chat.models.base import MODEL_MAX_LENGTH, Status, fit
+from chat.models.providers import Provider
+from chat.models.tokens import ApiToken
+from chat.models.workers import streaming_worker
 
 log = logging.getLogger(__name__)
+
+
+class StreamEnding(Protocol):
+    """What a finished stream tells its usage row (the upstream client's stream state has it)."""
+
+    upstream_id: str
+    request_id: str
+    perf: dict | None
+    finish_reason: str | None
 
 
 # --- usage --------------------------------------------------------------------
@@ -54,7 +63,7 @@ class Usage(models.Model):
     class Source(models.TextChoices):
         CHAT = "chat", gettext_lazy("via chat")
         API = "api", gettext_lazy("via API")
-        # A conversation's title written by a model (chat/titles.py). Four letters: the daily
+        # A conversation's title written by a model (chat/actions/titles.py). Four letters: the daily
         # summaries' source columns (chat/models/rollups.py) are that wide.
         TITLE = "titl", gettext_lazy("title of a chat")
 
@@ -100,14 +109,14 @@ class Usage(models.Model):
         ordering = ["-started"]
         verbose_name_plural = "usage"
         # (user, started): a person's spend this month (budgets), own rows and last activity on the
-        # dashboard. For the usage dashboard (chat/dashboard.py) also: a person's or group's figures
+        # dashboard. For the usage dashboard (chat/metering/dashboard.py) also: a person's or group's figures
         # and the percentiles read the period's rows from one index instead of the table (a covering
         # index). Not declared here: the partial indexes `usage_sample_4` and `_16` (one row in 4, in
-        # 16, for the percentiles of big periods) and the daily summaries' triggers: chat/rollup.py
+        # 16, for the percentiles of big periods) and the daily summaries' triggers: chat/metering/summary_triggers.py
         # makes them.
         indexes = [
             models.Index(fields=["user", "started"]),
-            # A person's running streams, which every start counts (chat/limits.py): only the
+            # A person's running streams, which every start counts (chat/metering/limits.py): only the
             # rows still `streaming`, a handful, whatever the table holds.
             models.Index(fields=["user", "started"], condition=models.Q(status="streaming"), name="usage_streaming"),
             models.Index(fields=COVERING, name="usage_dashboard_covering"),
@@ -117,7 +126,7 @@ class Usage(models.Model):
         return f"{self.model} for {self.user} at {self.started:%Y-%m-%d %H:%M}"
 
     @staticmethod
-    def ending(state: upstream.StreamState, status: str, error: str, metering: dict) -> dict:
+    def ending(state: StreamEnding, status: str, error: str, metering: dict) -> dict:
         """The fields a finished stream writes on its usage row."""
         return {
             "upstream_id": fit(Usage, "upstream_id", state.upstream_id),

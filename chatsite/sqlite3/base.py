@@ -1,8 +1,8 @@
 """Django's SQLite backend, with each statement's placeholders rewritten once per process.
 
 Django writes SQL with `%s` placeholders and its SQLite cursor rewrites them to `?` with a
-regular expression on every execute: 10 µs for a long statement, and a stream's start and
-final save run some twenty of the same few statements (3 % of a websocket start's CPU).
+regular expression on every execute, and a stream's start and final save run some twenty
+of the same few statements: the rewriting is kept per statement instead.
 Settings use this backend for every SQLite database; all else is Django's.
 """
 

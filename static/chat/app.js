@@ -2,14 +2,21 @@
 import { ApiError, api, setBusyHandler, setCsrfToken } from "./api.js";
 import { AttachmentTray } from "./attachments.js";
 import { applyTree, handleBranchClicks, updateBranchControls } from "./branches.js";
+import { dateTime, number } from "./formats.js";
 import { t } from "./i18n.js";
+import { setIcon } from "./icons.js";
+import { ImageViewer } from "./image-viewer.js";
+import { preloadMath } from "./math.js";
 import { MessageView } from "./messages.js";
 import { handleCopyClicks } from "./render.js";
 import { NewChatSetup, PresetMenu } from "./presets.js";
 import { ModelPicker, SettingsPanel } from "./settings.js";
 import { ShareDialog } from "./share.js";
+import { installShortcuts, toggleShortcutList } from "./shortcuts.js";
+import { ArchivedNotice } from "./archived.js";
 import { BudgetMeter, Sidebar } from "./sidebar.js";
 import { ChatSocket, socketUrl } from "./socket.js";
+import { ToolsMenu } from "./tools.js";
 
 const config = JSON.parse(document.getElementById("chat-config").textContent);
 setCsrfToken(config.csrfToken);
@@ -20,6 +27,7 @@ const ui = {
   title: $("chat-title"),
   messages: $("messages"),
   thread: $("thread"),
+  earlier: $("earlier"),
   empty: $("empty-state"),
   composer: $("composer"),
   input: $("input"),
@@ -47,7 +55,9 @@ const state = {
 
 // --- small helpers -------------------------------------------------------------
 
-// kind: "connection" notices go when the socket is back, "load" ones when a conversation opens.
+// kind: "connection" notices go when the socket is back, "load" ones when a conversation opens,
+// "attachment" ones (a file refused) when a file is attached or a message sent, "compose" ones (a
+// message refused before sending) when their cause is gone or a message goes out.
 let noticeKind = null;
 function showNotice(text, kind = null) {
   ui.noticeText.textContent = text;
@@ -60,6 +70,7 @@ function clearNotice(kind) {
 
 // The server answers `server_busy` (a frame) or 503 (HTTP) while its database is not answering.
 const BUSY_TEXT = t("The server is busy; retrying…");
+const DATABASE_DOWN_TEXT = t("The server cannot reach its database; your conversations are safe. Retrying…");
 const BUSY_RETRIES = 4;
 function showBusy(busy) {
   if (busy) showNotice(BUSY_TEXT);
@@ -86,15 +97,32 @@ function updateToBottom() {
   const { scrollTop, scrollHeight, clientHeight } = ui.messages;
   toBottom.hidden = stuckToBottom || scrollHeight - scrollTop - clientHeight < 80;
 }
+// A scroll event comes a frame after the scroll: by then the answer may have grown further below, so
+// only a move up (the reader's own) lets go of the bottom; getting near it takes hold again.
+let lastScrollTop = 0;
 ui.messages.addEventListener("scroll", () => {
   const { scrollTop, scrollHeight, clientHeight } = ui.messages;
-  stuckToBottom = scrollHeight - scrollTop - clientHeight < 80;
+  if (scrollHeight - scrollTop - clientHeight < 80) stuckToBottom = true;
+  else if (scrollTop < lastScrollTop) stuckToBottom = false;
+  lastScrollTop = scrollTop;
   updateToBottom();
+  if (scrollTop < 200 && !ui.earlier.hidden) loadEarlier();
 });
 function followBottom() {
   if (stuckToBottom) ui.messages.scrollTop = ui.messages.scrollHeight;
   else updateToBottom();
 }
+// What changes size (an answer growing as it streams, a finished answer's usage line and buttons,
+// Continue, a banner, the composer growing) keeps a reader who was at the bottom there, with the last
+// answer's buttons in view. A message's paints leave following to this observer: it is called after
+// the frame's layout, so reading the scroll height here costs nothing, where reading it after each
+// paint forced a layout of its own (the longest part of a paint on a slow device).
+const keepAtBottom = new ResizeObserver(() => {
+  if (stuckToBottom) ui.messages.scrollTop = ui.messages.scrollHeight;
+  else updateToBottom();
+});
+keepAtBottom.observe(ui.thread);
+keepAtBottom.observe(ui.messages);
 toBottom.addEventListener("click", () => {
   stuckToBottom = true;
   ui.messages.scrollTop = ui.messages.scrollHeight;
@@ -130,6 +158,7 @@ function updateActions() {
   for (const view of views) {
     const button = view.article.querySelector(view.role === "user" ? "[data-action=edit]" : "[data-action=regenerate]");
     button.hidden = !idle;
+    if (view.retry) view.retry.disabled = !idle;
   }
   updateBranchControls(ui.thread, views, idle);
 }
@@ -140,7 +169,7 @@ function autogrow() {
 }
 
 function addView(message) {
-  const view = new MessageView(message, { onPaint: followBottom });
+  const view = new MessageView(message);
   if (view.id !== null && view.id !== undefined) state.views.set(view.id, view);
   ui.thread.append(view.article);
   return view;
@@ -150,6 +179,38 @@ function clearThread() {
   state.views.clear();
   state.streaming = null;
   ui.thread.replaceChildren();
+  ui.earlier.hidden = true;
+}
+
+/** A long conversation opens at its last messages (the server sends a page of them); the ones before come a page
+ * at a time when the thread is scrolled to its top or "Show earlier messages" is pressed. */
+let loadingEarlier = false;
+async function loadEarlier() {
+  const first = ui.thread.firstElementChild;
+  if (loadingEarlier || !first?.dataset.messageId || state.conversation === null) return;
+  const seq = state.loadSeq;
+  const id = state.conversation;
+  loadingEarlier = true;
+  let data;
+  try {
+    data = await api(`/api/conversations/${id}?before=${first.dataset.messageId}`);
+  } catch (error) {
+    showNotice(t("Could not load earlier messages: %(error)s", { error: error.message }), "load");
+    return;
+  } finally {
+    loadingEarlier = false;
+  }
+  if (seq !== state.loadSeq || id !== state.conversation || first.parentNode !== ui.thread) return;
+  const below = ui.messages.scrollHeight - ui.messages.scrollTop; // the reader's place, kept as rows go in above
+  for (const message of data.messages) {
+    const view = new MessageView(message);
+    state.views.set(view.id, view);
+    ui.thread.insertBefore(view.article, first);
+  }
+  applyTree(state.views, data.messages);
+  updateActions();
+  ui.earlier.hidden = !data.earlier;
+  ui.messages.scrollTop = ui.messages.scrollHeight - below;
 }
 
 // --- opening conversations -----------------------------------------------------
@@ -187,10 +248,12 @@ async function openConversation(id, { push = true } = {}) {
   state.pending = null;
   clearThread();
   setTitle(data.title);
+  archivedNotice.show(data);
   showReviews(data.reviewed_by);
   sidebar.setActive(data.id);
   picker.choose(data.model);
   settings.fill(data);
+  toolsMenu.load(data.id);
   for (const message of data.messages) {
     const view = addView(message);
     if (message.status === "streaming") {
@@ -199,6 +262,7 @@ async function openConversation(id, { push = true } = {}) {
     }
   }
   applyTree(state.views, data.messages);
+  ui.earlier.hidden = !data.earlier;
   state.loaded = true;
   updateComposer();
   stuckToBottom = true;
@@ -212,12 +276,13 @@ function showReviews(reads) {
   line.hidden = !reads?.length;
   if (!reads?.length) return;
   const names = [...new Set(reads.map((read) => read.reader || t("a deleted user")))];
-  const last = new Date(reads[0].read).toLocaleString();
+  const last = dateTime(reads[0].read);
   line.textContent = t("Reviewed by %(names)s (last %(last)s)", { names: names.join(", "), last });
 }
 
 function newChat({ push = true } = {}) {
   showReviews(null);
+  archivedNotice.show(null);
   state.loadSeq += 1;
   state.loaded = false;
   state.conversation = null;
@@ -228,6 +293,7 @@ function newChat({ push = true } = {}) {
   sidebar.setActive(null);
   picker.choose(null);
   settings.fill(null);
+  toolsMenu.load(null);
   setup.fill(); // the person's defaults (presets.js)
   if (push && location.pathname !== "/") history.pushState({}, "", "/");
   closeSidebar();
@@ -254,6 +320,8 @@ const QUEUE_MS = 20000;
 
 function submit(frame, pending) {
   clearNotice("connection");
+  clearNotice("compose");
+  clearNotice("attachment");
   state.pending = Object.assign(pending, { frame, tries: 0, queued: false });
   if (!socket.send(frame)) {
     pending.queued = true;
@@ -298,20 +366,27 @@ function sendMessage() {
   const content = ui.input.value;
   if ((!content.trim() && !tray.items.length) || state.pending || state.streaming) return;
   if (new TextEncoder().encode(content).length > config.maxContentBytes) {
-    const bytes = config.maxContentBytes.toLocaleString(document.documentElement.lang || "en-US");
-    showNotice(t("The message is too long (over %(bytes)s bytes).", { bytes }));
+    const bytes = number(config.maxContentBytes);
+    showNotice(t("The message is too long (over %(bytes)s bytes).", { bytes }), "compose");
     return;
   }
   // Refused here, before anything is sent: a model that takes no images, uploads still running, the limits.
-  const problem = settings.problem() || tray.problem(picker.chosen, content);
+  const outOfRange = settings.problem();
+  if (outOfRange) {
+    showNotice(outOfRange);
+    return;
+  }
+  const problem = tray.problem(picker.chosen, content);
   if (problem) {
-    showNotice(problem);
+    showNotice(problem, "compose");
     return;
   }
   const frame = { type: "send", conversation: state.conversation, content, model: picker.value };
   if (state.conversation === null) Object.assign(frame, setup.forNewChat(settings.forNewChat()));
   const attachments = tray.ready;
   if (attachments.length) frame.attachments = attachments.map((attachment) => attachment.id);
+  const tools = toolsMenu.forSend();
+  if (tools !== undefined) frame.tools = tools;
   const view = new MessageView({ id: null, role: "user", content, status: "pending", attachments });
   const taken = tray.take();
   if (!submit(frame, { kind: "send", conversation: state.conversation, view, content, taken })) {
@@ -446,7 +521,7 @@ function continued(frame) {
   const old = state.views.get(frame.message);
   const { content, reasoning } = old || {};
   const message = { id: frame.message, role: "assistant", status: "streaming", model: frame.model, content, reasoning };
-  const view = new MessageView(message, { onPaint: followBottom });
+  const view = new MessageView(message);
   view.continued = true;
   if (old) old.article.replaceWith(view.article);
   else ui.thread.append(view.article);
@@ -524,6 +599,9 @@ function onFrame(frame) {
       return state.views.get(frame.message)?.applySnapshotPart(frame);
     case "attached":
       return onAttached(frame);
+    case "tool_arguments":
+    case "tool_call":
+      return state.views.get(frame.message)?.applyTool(frame);
     case "done":
       return onDone(frame);
     case "error":
@@ -554,6 +632,7 @@ const sidebar = new Sidebar({
   error: showNotice,
 });
 const budget = new BudgetMeter();
+const archivedNotice = new ArchivedNotice({ restored: () => sidebar.refresh(), error: showNotice });
 const picker = new ModelPicker($("model"));
 const settings = new SettingsPanel({ conversation: () => state.conversation, onError: showNotice });
 new ShareDialog({ conversation: () => state.conversation }); // its own button in the topbar
@@ -564,6 +643,7 @@ new PresetMenu({
   onChoose: (preset) => setup.apply(preset, state.conversation === null),
   onError: showNotice,
 });
+const toolsMenu = new ToolsMenu($("tools-button"), $("tools-panel"));
 const tray = new AttachmentTray({
   list: $("attachment-chips"),
   button: $("attach"),
@@ -572,8 +652,18 @@ const tray = new AttachmentTray({
   pasteTarget: ui.input,
   limits: config.attachments,
   csrfToken: config.csrfToken,
-  onError: showNotice,
+  onError: (text) => showNotice(text, "attachment"),
+  onChange: ({ uploaded }) => {
+    if (uploaded) clearNotice("attachment"); // a file went in: the one refused before is old news
+    recheckComposer();
+  },
 });
+
+/** A message refused before sending ("does not accept images") stops saying so once it no longer is. */
+function recheckComposer() {
+  if (noticeKind === "compose" && !tray.uploading && !tray.problem(picker.chosen, ui.input.value)) clearNotice("compose");
+}
+$("model").addEventListener("change", recheckComposer);
 
 const socket = new ChatSocket(socketUrl(config.wsPath), {
   onFrame,
@@ -600,9 +690,9 @@ const socket = new ChatSocket(socketUrl(config.wsPath), {
       sendQueued();
     }
   },
-  onDown(busy) {
+  onDown(busy, databaseDown) {
     document.documentElement.dataset.socket = "down";
-    ui.reconnectingText.textContent = busy ? BUSY_TEXT : t("Reconnecting…");
+    ui.reconnectingText.textContent = databaseDown ? DATABASE_DOWN_TEXT : busy ? BUSY_TEXT : t("Reconnecting…");
     ui.reconnecting.hidden = false;
     // A sent turn with no answer yet may or may not be stored: say so. A queued one waits.
     if (state.pending && !state.pending.queued) {
@@ -630,10 +720,17 @@ ui.input.addEventListener("keydown", (event) => {
 ui.input.addEventListener("input", autogrow);
 ui.stop.addEventListener("click", stop);
 $("retry-now").addEventListener("click", () => socket.retryNow());
+ui.earlier.addEventListener("click", () => loadEarlier());
 $("new-chat").addEventListener("click", () => newChat());
 $("skip-link").addEventListener("click", (event) => {
   event.preventDefault();
   ui.input.focus();
+});
+
+// Approve or Deny on a tool call that asks first (tools.js): to the process running the answer.
+ui.thread.addEventListener("tool-decision", (event) => {
+  const { message, call, approve } = event.detail;
+  if (!socket.send({ type: "tool_approval", message, call, approve })) showNotice(t("Not connected: try again."));
 });
 
 ui.thread.addEventListener("click", (event) => {
@@ -642,12 +739,13 @@ ui.thread.addEventListener("click", (event) => {
   if (!article) return;
   const view = state.views.get(Number(article.dataset.messageId));
   if (!view) return;
-  if (button.dataset.action === "regenerate") regenerate(view);
+  if (button.dataset.action === "regenerate" || button.dataset.action === "retry") regenerate(view);
   else if (button.dataset.action === "edit") editMessage(view);
   else if (button.dataset.action === "copy") copyAnswer(button, view);
 });
 
-/** Copies the answer's markdown (without the blank lines models often start with) and says so. */
+/** Copies the answer's markdown (without the blank lines models often start with) and says so on the
+ * button itself for two seconds: a check, "Copied" as its name and tooltip, then Copy again. */
 async function copyAnswer(button, view) {
   let said = t("Copied");
   try {
@@ -655,13 +753,18 @@ async function copyAnswer(button, view) {
   } catch {
     said = t("Copy failed");
   }
+  if (!button.dataset.feedback) button.dataset.label = button.getAttribute("aria-label");
   button.dataset.feedback = said;
   button.setAttribute("aria-label", said);
+  button.title = said;
+  setIcon(button, said === t("Copied") ? "check" : "cross");
   clearTimeout(button.feedbackTimer);
   button.feedbackTimer = setTimeout(() => {
     delete button.dataset.feedback;
-    button.setAttribute("aria-label", button.title);
-  }, 1500);
+    button.setAttribute("aria-label", button.dataset.label);
+    button.title = button.dataset.label;
+    setIcon(button, "copy");
+  }, 2000);
 }
 handleCopyClicks(ui.thread);
 handleBranchClicks(ui.thread, {
@@ -671,13 +774,10 @@ handleBranchClicks(ui.thread, {
 });
 
 // An attached image's thumbnail opens it full size, in the page (its URL itself is a download).
-const imageDialog = $("image-dialog");
+const imageViewer = new ImageViewer($("image-dialog"), $("image-full"));
 document.addEventListener("click", (event) => {
   const thumb = event.target.closest("button[data-action=view-image]");
-  if (!thumb) return;
-  $("image-full").src = thumb.dataset.url;
-  $("image-full").alt = thumb.querySelector("img")?.alt || "";
-  imageDialog.showModal();
+  if (thumb) imageViewer.open(thumb.dataset.url, thumb.querySelector("img")?.alt || "");
 });
 
 // Phone-sized screens: the sidebar slides over the page behind the menu button.
@@ -692,28 +792,61 @@ ui.menu.addEventListener("click", () => {
 $("scrim").addEventListener("click", closeSidebar);
 $("close-sidebar").addEventListener("click", closeSidebar);
 
-document.addEventListener("keydown", (event) => {
-  if ((event.ctrlKey || event.metaKey) && event.key.toLowerCase() === "k") {
-    event.preventDefault(); // the browser's own Ctrl+K focuses its search bar
-    newChat();
-  } else if (event.key === "Escape" && state.streaming !== null && !document.querySelector("dialog[open]")) {
-    event.preventDefault();
+installShortcuts({
+  search() {
+    // On a phone the list is behind the menu button: open it first.
+    if (getComputedStyle(ui.menu).display !== "none" && !ui.layout.classList.contains("sidebar-open")) ui.menu.click();
+    $("search").focus();
+    $("search").select();
+  },
+  newChat: () => newChat(),
+  copyLast() {
+    const button = [...ui.thread.querySelectorAll("article.message.assistant [data-action=copy]")].at(-1);
+    if (!button) return false;
+    button.click();
+    return true;
+  },
+  focusComposer: () => ui.input.focus(),
+  stop() {
+    if (state.streaming === null) return false;
     stop();
-  }
+    return true;
+  },
+  showList: toggleShortcutList,
 });
 
 window.addEventListener("popstate", () => route());
 
 // --- start ---------------------------------------------------------------------
 
+// Ready: from here the composer's own listeners above take Enter and Send (early.js held them until now).
+const early = window.chatEarly || { send: false };
+early.ready = true;
+ui.send.removeAttribute("aria-disabled");
+document.documentElement.dataset.ready = "";
+performance.mark("chat-ready");
+/** A message sent before the page was ready goes out now that it is, with the models and defaults in. */
+function sendEarly() {
+  if (!early.send) return;
+  early.send = false;
+  delete document.documentElement.dataset.earlySend;
+  ui.input.value = ui.input.value.replace(/\n+$/, "");
+  autogrow();
+  sendMessage();
+}
+
 sidebar.refresh();
 budget.refresh();
 const defaultsLoaded = setup.load().catch(() => {}); // without them a new chat starts as it did
-picker
+const modelsLoaded = picker
   .load()
   .then(() => picker.choose(state.model))
   .then(() => defaultsLoaded)
   .then(() => state.conversation === null && state.pending === null && setup.fill())
   .catch((error) => showNotice(t("Could not load the models: %(error)s", { error: error.message })));
-if (config.conversation) openConversation(config.conversation, { push: false });
-else newChat({ push: false });
+const shown = config.conversation ? openConversation(config.conversation, { push: false }) : newChat({ push: false });
+// A message sent early goes to the conversation of the URL (once it is open) with the models in.
+Promise.allSettled([modelsLoaded, shown]).then(() => {
+  sendEarly();
+  preloadMath(); // the page is ready: KaTeX now, in the background
+});

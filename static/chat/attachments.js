@@ -90,7 +90,8 @@ async function upload(file, csrfToken) {
 /** The composer's attachments: chosen by button, dropped, or pasted; uploaded at once; sent by id. */
 export class AttachmentTray {
   /** limits: the server's (maxFileBytes, maxMessageBytes, maxMessageTokens, maxPerMessage). */
-  constructor({ list, button, input, dropZone, pasteTarget, limits, csrfToken, onError }) {
+  constructor({ list, button, input, dropZone, pasteTarget, limits, csrfToken, onError, onChange }) {
+    this.onChange = onChange || (() => {});
     this.list = list;
     this.input = input;
     this.limits = limits;
@@ -164,6 +165,7 @@ export class AttachmentTray {
           node.dataset.state = "ready";
           item.node.replaceWith(node);
           item.node = node;
+          this.onChange({ uploaded: true });
           return undefined;
         },
         (error) => {
@@ -182,6 +184,7 @@ export class AttachmentTray {
     item.node.remove();
     if (discard && item.attachment) this.discard(item.attachment);
     this.render();
+    if (discard) this.onChange({ uploaded: false });
   }
 
   discard(attachment) {

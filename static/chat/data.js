@@ -1,6 +1,7 @@
 // The settings page's "Your data": a JSON file of conversations brought back in, and the person's
 // share links, listed and revoked. (See share.js on the words kept out of this comment.)
 import { ApiError, api, setCsrfToken } from "./api.js";
+import { dateTime } from "./formats.js";
 import { t } from "./i18n.js";
 
 const form = document.getElementById("import-form");
@@ -68,7 +69,7 @@ function row(share) {
   const kind = [share.live ? t("live") : t("snapshot")];
   if (share.public) kind.push(t("public"));
   if (share.show_usage) kind.push(t("with usage"));
-  kind.push(new Date(share.created).toLocaleString());
+  kind.push(dateTime(share.created));
   const revoke = element("button", "button danger", t("Revoke"));
   revoke.type = "button";
   revoke.setAttribute("aria-label", t("Revoke the link to “%(title)s”", { title: share.title }));

@@ -1,4 +1,4 @@
-// Inside the sandboxed diagram frame (see chat/diagram_views.py): draws the Mermaid source the chat
+// Inside the sandboxed diagram frame (see chat/views/diagrams.py): draws the Mermaid source the chat
 // page posts and answers with the SVG, sanitized by DOMPurify, or with why it could not. Sanitizing
 // happens here because parsing an SVG's styles on the page would trip its policy. A classic script,
 // not a module: the frame has an opaque origin, and modules would need CORS.
@@ -46,7 +46,8 @@
       const clean = asImage(DOMPurify.sanitize(svg, { ...PURIFY_SVG, RETURN_DOM: true }));
       window.parent.postMessage({ id, svg: clean }, "*");
     } catch (error) {
-      window.parent.postMessage({ id, error: String(error?.message || error).split("\n")[0] }, "*");
+      // The parser's whole message (where, what it expected), not only its first line; bounded.
+      window.parent.postMessage({ id, error: String(error?.message || error).slice(0, 2000) }, "*");
     }
   });
   window.parent.postMessage({ ready: true }, "*");

@@ -50,7 +50,8 @@ function frame() {
 async function renderSvg(source) {
   const iframe = await frame();
   const id = ++counter;
-  const dark = Boolean(window.matchMedia?.("(prefers-color-scheme: dark)").matches);
+  // The theme chosen in the settings (theme.js), else the system's.
+  const dark = Boolean(window.chatTheme?.dark() ?? window.matchMedia?.("(prefers-color-scheme: dark)").matches);
   const answer = new Promise((resolve, reject) => pending.set(id, { resolve, reject }));
   iframe.contentWindow.postMessage({ id, source, dark }, "*"); // a sandboxed frame's origin is opaque
   return withTimeout(answer, "drawing it took too long").finally(() => pending.delete(id));
@@ -85,9 +86,21 @@ async function draw(block) {
     block.dataset.diagram = "drawn";
   } catch (error) {
     // The source stays as it is, with why it could not be drawn.
-    const note = document.createElement("p");
+    // The parser's first line says where ("Parse error on line 2:"), the rest what it found and
+    // expected: both shown, as text, under the source.
+    const [headline, ...details] = String(error?.message || error).slice(0, 2000).split("\n");
+    const note = document.createElement("div");
     note.className = "diagram-error";
-    note.textContent = t("Could not draw this diagram: %(error)s", { error: String(error?.message || error).split("\n")[0] });
+    note.setAttribute("role", "note");
+    const line = document.createElement("p");
+    line.textContent = t("Could not draw this diagram: %(error)s", { error: headline });
+    note.append(line);
+    if (details.some((text) => text.trim())) {
+      const detail = document.createElement("pre");
+      detail.className = "diagram-error-detail";
+      detail.textContent = details.join("\n").trimEnd();
+      note.append(detail);
+    }
     block.after(note);
     block.dataset.diagram = "failed";
   }

@@ -1,10 +1,27 @@
 // Math in answers: marked keeps TeX as it was written (backslashes too), KaTeX draws it once a block is done.
-import "../vendor/katex/katex.min.js"; // its UMD build sets globalThis.katex
 import DOMPurify from "../vendor/dompurify/purify.es.mjs";
 
 export { mathExtension } from "./math-syntax.js";
 
-const katex = globalThis.katex;
+// KaTeX (a third of the page's scripts) is not on the way to a ready page: it is fetched when the first
+// math is drawn, or once the page is ready (preloadMath). Math finished meanwhile waits for it.
+let katex = globalThis.katex || null;
+let loading = null;
+const waiting = new Set();
+
+function loadKatex() {
+  loading ??= import("../vendor/katex/katex.min.js").then(() => {
+    katex = globalThis.katex; // its UMD build sets globalThis.katex
+    for (const node of waiting) typesetNode(node);
+    waiting.clear();
+  });
+  return loading;
+}
+
+/** Fetch KaTeX in the background, so that math is drawn at once when it comes. */
+export function preloadMath() {
+  loadKatex().catch(() => {}); // tried again when math comes
+}
 const STYLESHEET = new URL("../vendor/katex/katex.min.css", import.meta.url).href;
 
 // KaTeX builds its DOM itself (styles set through the CSSOM, which the CSP allows); DOMPurify then
@@ -33,6 +50,13 @@ export function typesetMath(root) {
 
 /** Draw one math placeholder (render-slices.js draws a long block's one by one, between tasks). */
 export function typesetNode(node) {
+  if (!katex) {
+    waiting.add(node); // drawn as soon as KaTeX is in
+    loadKatex().catch(() => {
+      loading = null;
+    });
+    return;
+  }
   ensureStylesheet();
   const tex = node.textContent;
   try {

@@ -1,12 +1,19 @@
 // One message on the page: a user's text, or an assistant's answer with its thinking, status and usage.
 import { attachmentList } from "./attachments.js";
+import { duration, money, number } from "./formats.js";
 import { t } from "./i18n.js";
 import { iconButton } from "./icons.js";
 import { StreamRenderer, renderMarkdown } from "./render.js";
+import { ToolCallsView } from "./tools.js";
 
 const NUMBER = new Intl.NumberFormat(globalThis.document?.documentElement.lang || "en-US");
 // Seconds without a first token before the page says it is still waiting for the model.
 const WAITING_AFTER = 10;
+// Seconds without data on a stream that had started before the page says it is waiting: a silent
+// stall (an upstream that stopped sending, a connection gone without a word) is never just a dot.
+const STALL_AFTER = 4;
+// The ends of an answer that a labelled Retry follows.
+const RETRYABLE = new Set(["failed", "interrupted"]);
 
 function element(tag, className, text) {
   const node = document.createElement(tag);
@@ -18,14 +25,12 @@ function element(tag, className, text) {
 export function formatCost(cost) {
   if (cost === null || cost === undefined) return null;
   const value = Number(cost);
-  if (value === 0) return "$0";
+  if (value === 0) return money(0, 0);
   const decimals = value >= 0.01 ? 4 : Math.min(10, Math.ceil(-Math.log10(value)) + 1);
-  return `$${value.toFixed(decimals).replace(/0+$/, "").replace(/\.$/, "")}`;
+  return money(value, 0, decimals); // trailing zeros dropped, in the page's language
 }
 
-function formatMs(ms) {
-  return ms < 1000 ? `${Math.round(ms)} ms` : `${(ms / 1000).toFixed(2)} s`;
-}
+const formatMs = duration;
 
 /** The parts of the usage line: tokens, cost, time to first token, speed. */
 export function usageParts(usage) {
@@ -40,7 +45,7 @@ export function usageParts(usage) {
     parts.push([t("TTFT %(time)s", { time: formatMs(usage.ttft_ms) }), t("time to first token")]);
   }
   if (usage.tokens_per_second) {
-    parts.push([t("%(rate)s tok/s", { rate: usage.tokens_per_second.toFixed(1) }), t("tokens per second")]);
+    parts.push([t("%(rate)s tok/s", { rate: number(usage.tokens_per_second, 1) }), t("tokens per second")]);
   }
   if (usage.estimated) parts.push([t("estimated"), t("the upstream sent no usage; counts are estimates")]);
   return parts;
@@ -73,6 +78,7 @@ export class MessageView {
 
   setId(id) {
     this.id = id;
+    if (this.toolCalls) this.toolCalls.message = id;
     if (id === null || id === undefined) this.article.removeAttribute("data-message-id");
     else this.article.dataset.messageId = id;
   }
@@ -115,10 +121,20 @@ export class MessageView {
     this.usage.hidden = true;
     this.tools = element("div", "tool-calls");
     this.tools.hidden = true;
+    // The MCP tool calls the server ran for this answer, round by round (tools.js).
+    this.toolCalls = new ToolCallsView(message.id);
+    this.toolCalls.setRounds(message.tool_rounds);
     this.actions = element("div", "message-actions");
     this.actions.append(iconButton("copy", t("Copy answer")), iconButton("regenerate", t("Regenerate")));
+    // A failed or interrupted answer says how to get another, in words, whichever answer of the chat it is.
+    this.retry = element("button", "retry-button", t("Retry"));
+    this.retry.type = "button";
+    this.retry.dataset.action = "retry";
+    this.retry.title = t("Ask for this answer again");
+    this.retry.hidden = true;
+    this.actions.append(this.retry);
     this.article.append(
-      this.meta, this.thinking, this.answer, this.tools, this.waiting, this.statusLine, this.error, this.usage,
+      this.meta, this.thinking, this.toolCalls.root, this.answer, this.tools, this.waiting, this.statusLine, this.error, this.usage,
       this.actions,
     );
     this.content = message.content || "";
@@ -130,7 +146,7 @@ export class MessageView {
       this.renderer.reset(this.content);
       this.answerStarted = Boolean(this.content);
       if (this.answerStarted) this.closeThinking();
-      if (!this.content && !this.reasoning) this.watchFirstToken();
+      this.watchStall();
     } else {
       this.showFinished(message);
     }
@@ -141,17 +157,35 @@ export class MessageView {
     this.answerStarted = false;
   }
 
-  /** Until the first token: after WAITING_AFTER seconds, "Waiting for the model… 12 s", counting. */
-  watchFirstToken() {
-    this.waitingSince = Date.now();
-    this.waitingTimer = setInterval(() => {
-      if (!this.article.isConnected) return this.stopWaiting(); // the conversation was left
-      const seconds = Math.floor((Date.now() - this.waitingSince) / 1000);
-      if (seconds < WAITING_AFTER) return undefined;
-      this.waiting.textContent = t("Waiting for the model… %(seconds)s s", { seconds });
-      this.waiting.hidden = false;
-      return undefined;
-    }, 1000);
+  /** While it streams, a line says what is going on when nothing comes: before the first token, after
+   * WAITING_AFTER seconds, "Waiting for the model… 12 s", counting; after it, STALL_AFTER seconds
+   * without data; with the connection down, that it is lost and coming back. */
+  watchStall() {
+    this.lastDataAt = Date.now();
+    clearInterval(this.waitingTimer);
+    this.waitingTimer = setInterval(() => this.showStall(), 1000);
+  }
+
+  showStall() {
+    if (!this.article.isConnected || this.status !== "streaming") return this.stopWaiting(); // left, or ended
+    const seconds = Math.floor((Date.now() - this.lastDataAt) / 1000);
+    const started = Boolean(this.content || this.reasoning);
+    const down = document.documentElement.dataset.socket === "down" || navigator.onLine === false;
+    let text = "";
+    if (down) text = t("Connection lost; reconnecting…");
+    else if (!started && seconds >= WAITING_AFTER) text = t("Waiting for the model… %(seconds)s s", { seconds });
+    else if (started && seconds >= STALL_AFTER) {
+      text = t("Waiting for the model… nothing for %(seconds)s s", { seconds });
+    }
+    if (this.waiting.textContent !== text) this.waiting.textContent = text;
+    this.waiting.hidden = !text;
+    return undefined;
+  }
+
+  /** Data came: the waiting line goes until the next silence. */
+  gotData() {
+    this.lastDataAt = Date.now();
+    if (!this.waiting.hidden) this.waiting.hidden = true;
   }
 
   stopWaiting() {
@@ -168,7 +202,7 @@ export class MessageView {
   }
 
   appendReasoning(text) {
-    if (this.waitingTimer) this.stopWaiting();
+    this.gotData();
     if (!this.reasoning && !this.answerStarted) this.thinkingSince = performance.now();
     this.reasoning += text;
     // Follow the thinking as it grows, like the answer, unless the reader scrolled up in it.
@@ -184,7 +218,7 @@ export class MessageView {
   }
 
   appendContent(text) {
-    if (this.waitingTimer) this.stopWaiting();
+    this.gotData();
     this.content += text;
     if (!this.answerStarted && text.trim()) {
       this.answerStarted = true;
@@ -221,7 +255,16 @@ export class MessageView {
     this.setReasoning(frame.reasoning || "");
     if (this.answerStarted) this.closeThinking();
     this.renderer.reset(this.content);
-    if (this.content || this.reasoning) this.stopWaiting();
+    if (frame.tool_rounds) this.toolCalls.setRounds(frame.tool_rounds);
+    this.gotData();
+  }
+
+  /** `tool_arguments` and `tool_call` frames: the calls as they are asked for, approved, run and answered. */
+  applyTool(frame) {
+    this.gotData();
+    if (frame.type === "tool_arguments") this.toolCalls.arguments(frame);
+    else this.toolCalls.update(frame);
+    this.onPaint();
   }
 
   /** A long snapshot comes as `snapshot` (more: true) then `snapshot_part` frames: append each. */
@@ -255,6 +298,7 @@ export class MessageView {
       this.thinkingSummary.textContent = this.thoughtFor();
     }
     this.setStatus(message.status);
+    this.retry.hidden = !RETRYABLE.has(message.status);
     const label = statusText(message.status, message.finish_reason);
     this.statusLine.textContent = label;
     this.statusLine.hidden = !label;

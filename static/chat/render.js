@@ -15,7 +15,7 @@ import {
   toHtml,
 } from "./markdown.js";
 import { typesetMath } from "./math.js";
-import { putInPlace, renderInSlices, warmUp } from "./render-slices.js";
+import { nextTask, putInPlace, renderInSlices, warmUp } from "./render-slices.js";
 import { sanitize } from "./sanitize.js";
 
 export { escapeHtml };
@@ -37,6 +37,11 @@ const SEGMENT = 240;
 // At most one paint every this many ms (20 a second): a token or three a frame at a model's pace is
 // not worth a frame's work each, least of all on a busy machine.
 const PAINT_INTERVAL = 50;
+// And, on a slow device, at most one every FRAME_SHARE times as long as the last paint's frame took
+// (its script, style, layout and paint): the stream's frames then keep at most about a third of the
+// main thread, and each one's work is spread over fewer frames however slow the device.
+const FRAME_SHARE = 3;
+const LONGEST_INTERVAL = 1000;
 
 // Finished blocks longer than this (in characters of markdown) are rendered in slices, off the
 // main thread where they can be: a whole render of 80 kB took over 100 ms at once.
@@ -262,6 +267,7 @@ export class StreamRenderer {
     this.frame = 0;
     this.timer = 0;
     this.painted = 0; // performance.now() of the last paint
+    this.interval = PAINT_INTERVAL; // until the next paint, from how long the last frame took
     this.generation = 0; // reset() drops the slices under way for the text before
     this.rendering = Promise.resolve(); // the blocks rendered in slices, one after another
     this.slicing = 0; // how many of them are not in the page yet
@@ -292,17 +298,17 @@ export class StreamRenderer {
     this.schedule();
   }
 
-  /** Paint at the next frame, but not sooner than PAINT_INTERVAL after the last paint. */
+  /** Paint at the next frame, but not sooner than `interval` after the last paint. */
   schedule() {
     if (this.frame || this.timer) return;
-    const wait = this.painted + PAINT_INTERVAL - performance.now();
+    const wait = this.painted + this.interval - performance.now();
     if (wait <= 0) {
-      this.frame = requestAnimationFrame(() => this.paint());
+      this.frame = requestAnimationFrame(() => this.framePaint());
       return;
     }
     this.timer = setTimeout(() => {
       this.timer = 0;
-      this.frame = requestAnimationFrame(() => this.paint());
+      this.frame = requestAnimationFrame(() => this.framePaint());
     }, wait);
   }
 
@@ -317,6 +323,17 @@ export class StreamRenderer {
   flush() {
     this.cancel();
     this.paint();
+  }
+
+  /** A paint at an animation frame, timed to the end of that frame. */
+  framePaint() {
+    this.paint();
+    const painted = this.painted;
+    // A task queued now runs once the browser has drawn this frame: the time until then is the frame's.
+    nextTask().then(() => {
+      const took = performance.now() - painted;
+      this.interval = Math.min(LONGEST_INTERVAL, Math.max(PAINT_INTERVAL, took * FRAME_SHARE));
+    });
   }
 
   paint() {

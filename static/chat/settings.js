@@ -27,7 +27,9 @@ export class ModelPicker {
       }
       const option = document.createElement("option");
       option.value = model.qualified;
-      option.textContent = model.id;
+      // Which models take images, at a glance: the picker is where a person chooses one for a photo.
+      option.textContent = model.images ? t("%(model)s · images", { model: model.id }) : model.id;
+      if (model.images) option.dataset.images = "1";
       groups.get(model.provider).append(option);
     }
     this.select.replaceChildren(...groups.values());

@@ -69,6 +69,7 @@ export class ShareDialog {
       radio("mode", "snapshot", t("Snapshot: the conversation as it is now"), true),
       radio("mode", "live", t("Live: follows the conversation as it goes on")),
       checkbox("show_usage", t("Show tokens and cost")),
+      checkbox("show_name", t("Show my name")),
     );
     this.public = checkbox("public", t("Public: anyone with the link, signed in or not"));
     this.audience = element("p", "share-audience", t("Links open for signed-in members of the team only."));
@@ -137,6 +138,7 @@ export class ShareDialog {
     const kind = [share.live ? t("live") : t("snapshot")];
     if (share.public) kind.push(t("public"));
     if (share.show_usage) kind.push(t("with usage"));
+    if (share.show_name) kind.push(t("with your name"));
     const copy = element("button", "button", t("Copy"));
     copy.type = "button";
     copy.dataset.action = "copy";
@@ -152,6 +154,7 @@ export class ShareDialog {
     const body = {
       live: data.get("mode") === "live",
       show_usage: data.has("show_usage"),
+      show_name: data.has("show_name"),
       public: !this.public.hidden && data.has("public"),
     };
     try {

@@ -13,14 +13,19 @@ import {
   folderBlock,
   menuItems,
 } from "./folders.js";
+import { date, money, number, percent } from "./formats.js";
 import { t } from "./i18n.js";
 import { iconButton } from "./icons.js";
+import { RovingList } from "./rovinglist.js";
+import { highlighted } from "./snippets.js";
 
 const SEARCH_DEBOUNCE_MS = 250;
 const PAGE = 50; // rows of the first page; a refresh reloads as many as were shown, up to the API's 200
 const MORE = 100; // rows of each next page: fewer round trips for a reader scrolling fast
 const MAX_PAGE = 200;
 const OPEN_FOLDERS = "chat.openFolders";
+// Fingers, not a mouse: a row's rename and delete go into its menu (app.css hides their buttons alike).
+const TOUCH = window.matchMedia("(hover: none), (pointer: coarse)");
 // Cancel is a plain button, not the form's first submit button: Enter in a field submits with confirm.
 for (const button of document.querySelectorAll("dialog [data-close]")) {
   button.addEventListener("click", () => button.closest("dialog").close(button.value));
@@ -83,6 +88,7 @@ export class Sidebar {
     this.debounce = 0;
     this.menu = new RowMenu();
     this.build();
+    this.roving = new RovingList(this.list);
     this.search.addEventListener("input", () => {
       clearTimeout(this.debounce);
       this.debounce = setTimeout(() => this.refresh(), SEARCH_DEBOUNCE_MS);
@@ -294,15 +300,26 @@ export class Sidebar {
     const link = document.createElement("a");
     link.href = `/c/${conversation.id}/`;
     const title = conversation.title || t("New chat");
-    link.textContent = title;
+    // The title in a span of its own: cut with an ellipsis, the badge and the snippet beside it kept whole.
+    const name = document.createElement("span");
+    name.className = "conversation-title";
+    name.textContent = title;
+    link.append(name);
     link.title = title;
     link.draggable = false; // the row is dragged, not the link's URL
     if (conversation.id === this.active) link.setAttribute("aria-current", "page");
-    if (conversation.archived && this.search.value.trim()) {
+    const query = this.search.value.trim();
+    if (conversation.archived && query) {
       const badge = document.createElement("span");
       badge.className = "archived-badge";
       badge.textContent = t("Archived");
       link.append(" ", badge);
+    }
+    if (conversation.snippet && query) {
+      const snippet = document.createElement("span");
+      snippet.className = "conversation-snippet";
+      snippet.append(highlighted(conversation.snippet, query));
+      link.append(snippet);
     }
     const actions = document.createElement("span");
     actions.className = "conversation-actions";
@@ -348,7 +365,7 @@ export class Sidebar {
   /** Shows a title at once (a new conversation, a rename) before the next refresh. */
   setTitle(id, title) {
     const link = this.list.querySelector(`li[data-conversation-id="${id}"] a`);
-    if (link) link.textContent = link.title = title;
+    if (link) link.querySelector(".conversation-title").textContent = link.title = title;
   }
 
   async onClick(event) {
@@ -371,10 +388,18 @@ export class Sidebar {
     const title = summary?.title || t("New chat");
     if (button.dataset.action === "more") {
       if (button.getAttribute("aria-expanded") === "true") return this.menu.close();
-      this.menu.open(button, menuItems(summary, {
+      const items = menuItems(summary, {
         organise: (conversation, changes) => this.organise(conversation, changes),
         move: (conversation) => this.move(conversation),
-      }));  // prettier-ignore
+      });
+      // On a touch screen the row shows only this menu's button: rename and delete are in it.
+      if (TOUCH.matches) {
+        items.push(
+          { action: "rename", label: t("Rename"), run: () => this.rename(id, title) },
+          { action: "delete", label: t("Delete"), run: () => this.remove(id, title) },
+        );
+      }
+      this.menu.open(button, items);
     } else if (button.dataset.action === "rename") await this.rename(id, title);
     else if (button.dataset.action === "delete") await this.remove(id, title);
   }
@@ -498,7 +523,7 @@ const WARN_AT = 0.8;
 
 function usd(amount) {
   const value = Number(amount);
-  return `$${value.toFixed(value > 0 && value < 0.01 ? 4 : 2)}`;
+  return money(value, value > 0 && value < 0.01 ? 4 : 2);
 }
 
 /** The person's month so far under the conversation list: spent / budget, a thin bar, a warning at 80 %. */
@@ -525,7 +550,7 @@ export class BudgetMeter {
     if (month.usd.limit !== null) parts.push(t("%(spent)s of %(limit)s", { spent, limit: usd(month.usd.limit) }));
     else parts.push(t("%(spent)s spent", { spent }));
     if (month.tokens.limit !== null) {
-      const [used, limit] = [month.tokens.spent.toLocaleString(), month.tokens.limit.toLocaleString()];
+      const [used, limit] = [number(month.tokens.spent), number(month.tokens.limit)];
       parts.push(t("%(used)s of %(limit)s tokens", { used, limit }));
     }
     this.text.textContent = parts.join(" · ");
@@ -534,11 +559,11 @@ export class BudgetMeter {
     const share = shares.length ? Math.max(...shares) : null;
     this.bar.hidden = share === null;
     if (share !== null) {
-      const percent = Math.min(100, Math.round(share * 100));
-      this.fill.style.width = `${percent}%`;
-      this.bar.setAttribute("aria-valuenow", String(percent));
+      const filled = Math.min(100, Math.round(share * 100));
+      this.fill.style.width = `${filled}%`;
+      this.bar.setAttribute("aria-valuenow", String(filled));
     }
-    const resets = new Date(`${month.resets_on}T00:00:00`).toLocaleDateString(undefined, { day: "numeric", month: "long" });
+    const resets = date(`${month.resets_on}T00:00:00`, { day: "numeric", month: "long" });
     this.box.classList.toggle("warn", share !== null && share >= WARN_AT && share < 1);
     this.box.classList.toggle("over", share !== null && share >= 1);
     this.warning.hidden = share === null || share < WARN_AT;
@@ -546,7 +571,7 @@ export class BudgetMeter {
       share !== null && share >= 1
         ? t("Your monthly budget is used up; it resets on %(resets)s.", { resets })
         : t("You have used %(percent)s of your monthly budget; it resets on %(resets)s.", {
-            percent: `${Math.floor((share ?? 0) * 100)} %`,
+            percent: percent(Math.floor((share ?? 0) * 100) / 100, 0),
             resets,
           });
     this.box.hidden = false;

@@ -3,7 +3,8 @@
 const FIRST_DELAY_MS = 500;
 const MAX_DELAY_MS = 10000;
 const UNAUTHENTICATED = 4401; // the server's close code for a signed-out session
-const TRY_AGAIN_LATER = 4013; // the server is overloaded (chat/overload.py): back off harder
+const TRY_AGAIN_LATER = 4013; // the server is overloaded (chat/ws/overload.py): back off harder
+const DATABASE_UNAVAILABLE = 4503; // the server cannot read its database now (chat/ws/overload.py)
 const BUSY_FIRST_ATTEMPT = 2; // so the first retry after a 4013 comes after about 2 s, not 0.5 s
 const SETTLE_MS = 200;
 
@@ -13,7 +14,7 @@ export function socketUrl(path) {
 }
 
 export class ChatSocket {
-  /** handlers: onFrame(frame), onOpen(isReconnect), onDown(busy), onSignedOut() */
+  /** handlers: onFrame(frame), onOpen(isReconnect), onDown(busy, databaseDown), onSignedOut() */
   constructor(url, handlers) {
     this.url = url;
     this.handlers = handlers;
@@ -25,6 +26,19 @@ export class ChatSocket {
     this.connect();
     // A laptop waking up or a phone regaining signal: try at once instead of waiting.
     window.addEventListener("online", () => this.retryNow());
+    // Gone offline: the open socket is as good as dead, though it may not close for minutes. Down now,
+    // so the page says so and reconnects (and reloads what it missed) once the network is back.
+    window.addEventListener("offline", () => this.drop());
+  }
+
+  /** Treat the open socket as closed: down at once, reconnecting with backoff. */
+  drop() {
+    const ws = this.ws;
+    if (ws === null || this.leaving || ws.readyState !== WebSocket.OPEN) return;
+    this.ws = null; // its close event, whenever it comes, is no news
+    ws.close();
+    this.handlers.onDown(false);
+    this.scheduleReconnect();
   }
 
   get isOpen() {
@@ -64,9 +78,10 @@ export class ChatSocket {
         this.handlers.onSignedOut();
         return;
       }
-      const busy = event.code === TRY_AGAIN_LATER;
+      const databaseDown = event.code === DATABASE_UNAVAILABLE;
+      const busy = event.code === TRY_AGAIN_LATER || databaseDown;
       if (busy) this.attempt = Math.max(this.attempt, BUSY_FIRST_ATTEMPT);
-      this.handlers.onDown(busy);
+      this.handlers.onDown(busy, databaseDown);
       this.scheduleReconnect();
     });
   }

@@ -1,6 +1,7 @@
 // The usage dashboard: draws the two stacked bar charts and the people table from the page's JSON, sorts the tables,
 // shows the custom range.
 import "../vendor/chartjs/chart.umd.min.js"; // sets globalThis.Chart (UMD build: see refreshvendor.py)
+import { localiseFigures, money as formatMoney, number, percent } from "./formats.js";
 import { t } from "./i18n.js";
 
 const Chart = globalThis.Chart;
@@ -14,10 +15,9 @@ function cssVar(name) {
   return getComputedStyle(document.documentElement).getPropertyValue(name).trim();
 }
 
-const money = new Intl.NumberFormat("en-US", { style: "currency", currency: "USD", maximumFractionDigits: 4 });
-const count = new Intl.NumberFormat("en-US");
-// As the template's usage_format filters write them: "$1,234.5000", "1,234", "25.0 %".
-const cost = new Intl.NumberFormat("en-US", { minimumFractionDigits: 4, maximumFractionDigits: 4 });
+// In the page's language, as localiseFigures() rewrites the server's figures.
+const money = { format: (value) => formatMoney(value, 0, 4) };
+const count = { format: (value) => number(value) };
 
 function drawChart(canvas, days, series, format) {
   const models = Object.keys(series);
@@ -107,9 +107,9 @@ function fillPeople(data) {
     for (const column of ["requests", "prompt_tokens", "completion_tokens", "reasoning_tokens"]) {
       cell(row, count.format(person[column]), person[column]);
     }
-    cell(row, `$${cost.format(Number(person.cost))}`, person.cost);
+    cell(row, formatMoney(person.cost, 4), person.cost);
     const share = person.budget_share;
-    cell(row, share === null ? "–" : `${(share * 100).toFixed(1)} %`, share);
+    cell(row, share === null ? "–" : percent(share, 1), share);
     cell(row, person.last_active_shown, person.last_active, false);
     return row;
   });
@@ -159,6 +159,7 @@ function customRange() {
 }
 
 customRange();
+localiseFigures();
 const figures = document.getElementById("usage-data");
 const data = figures ? JSON.parse(figures.textContent) : null; // none when the filters were refused
 if (data) fillPeople(data);

@@ -54,6 +54,40 @@ async function loadDefaults() {
   }
 }
 
+// The tools a new chat starts with: sent only once the person changed them (else the group's default holds).
+let toolsChanged = false;
+
+async function loadTools() {
+  let data;
+  try {
+    data = await api("/api/tools"); // "chosen": the effective default for a new chat, null: every tool
+  } catch {
+    return;
+  }
+  const list = $("default-tools-list");
+  list.replaceChildren();
+  for (const server of data.servers) {
+    for (const tool of server.tools) {
+      const label = document.createElement("label");
+      const box = document.createElement("input");
+      box.type = "checkbox";
+      box.value = tool.name;
+      box.checked = data.chosen === null || data.chosen.includes(tool.name);
+      box.addEventListener("change", () => {
+        toolsChanged = true;
+      });
+      label.append(box, " ", `${server.server}: ${tool.tool}`);
+      list.append(label);
+    }
+  }
+  $("default-tools").hidden = list.children.length === 0;
+}
+
+function chosenTools() {
+  if (!toolsChanged) return undefined;
+  return [...$("default-tools-list").querySelectorAll("input:checked")].map((box) => box.value);
+}
+
 $("defaults-form").addEventListener("submit", async (event) => {
   event.preventDefault();
   const status = $("defaults-status");
@@ -68,6 +102,7 @@ $("defaults-form").addEventListener("submit", async (event) => {
         model: $("default-model").value,
         temperature: number($("default-temperature")),
         system_prompt: $("default-system-prompt").value,
+        tools: chosenTools(),
       },
     });
     say(status, t("Saved."));
@@ -193,5 +228,5 @@ $("preset-form").addEventListener("submit", async (event) => {
 
 loadModels()
   .catch(() => {}) // the pickers then offer only "default"; everything else still works
-  .then(() => Promise.all([loadDefaults(), loadPresets()]))
+  .then(() => Promise.all([loadDefaults(), loadPresets(), loadTools()]))
   .catch((error) => say($("preset-status"), t("Could not load your settings: %(error)s", { error: error.message })));

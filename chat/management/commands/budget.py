@@ -5,7 +5,7 @@ from decimal import Decimal, InvalidOperation
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from chat.budgets import Budget, budget_for, summary
+from chat.metering.budgets import Budget, budget_for, summary
 
 
 def amount(value: str) -> Decimal:

@@ -22,5 +22,5 @@ class Command(BaseCommand):
             self.stdout.write(f"{username} was already deactivated.")
             return
         user.is_active = False
-        user.save(update_fields=["is_active"])  # chat/sessions.py signs them out everywhere
+        user.save(update_fields=["is_active"])  # chat/auth/session_sockets.py signs them out everywhere
         self.stdout.write(f"{username} deactivated: signed out everywhere; conversations and usage kept.")

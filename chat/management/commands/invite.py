@@ -3,7 +3,7 @@
 from django.contrib.auth.models import Group
 from django.core.management.base import BaseCommand, CommandError
 
-from chat.invites import send_invite
+from chat.auth.invites import send_invite
 from chat.models import ChatError, Invite
 
 

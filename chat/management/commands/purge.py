@@ -7,6 +7,7 @@ For a daily timer (docs/deploy.md). The last line printed says what was (or, wit
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from chat.actions.deletes import delete_one
 from chat.models import Conversation, Message
 
 
@@ -31,5 +32,5 @@ class Command(BaseCommand):
             self.stdout.write(f"Would delete {count} conversation(s) untouched for {days} days (dry run).")
             return
         for conversation in old.iterator(chunk_size=500):
-            conversation.delete()  # one by one: each one's attachments' files go with it
+            delete_one(conversation)  # one by one, a long one in batches: each one's attachments' files go with it
         self.stdout.write(f"Deleted {count} conversation(s) untouched for {days} days; their usage rows are kept.")

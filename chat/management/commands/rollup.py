@@ -2,7 +2,7 @@
 
 from django.core.management.base import BaseCommand, CommandError
 
-from chat import rollup
+from chat.metering import summary_triggers
 from chat.models import PersonDay, UsageDay
 
 
@@ -17,16 +17,19 @@ class Command(BaseCommand):
 
     def handle(self, *args, check=False, **options):
         if check:
-            found = rollup.mismatches()
+            found = summary_triggers.mismatches()
             for line in found[:50]:
                 self.stdout.write(line)
             if found:
                 raise CommandError(f"The daily summaries differ from the usage rows in {len(found):,} places.")
-            self.stdout.write(f"The daily summaries match the usage rows (days in {rollup.installed_zone()}).")
+            self.stdout.write(
+                f"The daily summaries match the usage rows (days in {summary_triggers.installed_zone()})."
+            )
             return
-        rollup.install()
+        summary_triggers.install()
         if options["verbosity"]:
             self.stdout.write(
-                f"Daily summaries rebuilt in {rollup.installed_zone()}: {UsageDay.objects.count():,} days by model, "
+                f"Daily summaries rebuilt in {summary_triggers.installed_zone()}: "
+                f"{UsageDay.objects.count():,} days by model, "
                 f"{PersonDay.objects.count():,} days by person."
             )

@@ -1,0 +1,76 @@
+"""MCP servers' tool lists and health: fetched when staff save or test a server, and again on a schedule.
+
+A server that cannot list its tools is marked down with the reason (no secret in it); a down
+server's tools are left out of every turn (chat/streaming/tool_catalog.py) until a refresh finds
+it up. Each refresh has its own time limit, so a hanging server delays nobody's chat.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from asgiref.sync import async_to_sync
+from django.conf import settings
+from django.utils import timezone
+
+from chat.models import McpServer, McpTool, update_row
+from chat.runtime import db_threads, process_loops
+from chat.runtime.failures import every
+from chat.streaming import mcp_client
+from chat.streaming.tool_catalog import endpoint_of, sync_stdio_servers
+
+# One listing's time limit.
+LIST_SECONDS = 10.0
+
+
+async def _listing(server: McpServer) -> tuple[list[dict] | None, str]:
+    """The server's tools (None when it cannot list them) and the error ("" when up)."""
+    endpoint = endpoint_of(server)
+    if endpoint is None:
+        return None, "not declared in MCP_SERVERS_FILE"
+    try:
+        return await mcp_client.list_tools(endpoint, LIST_SECONDS), ""
+    except mcp_client.McpFailure as exc:
+        return None, str(exc) or "unreachable"
+
+
+async def refresh(server: McpServer) -> str:
+    """List a server's tools and store them with its health; the error ("" when up)."""
+    tools, error = await _listing(server)
+    await db_threads.run(_store)(server.pk, tools, error)
+    return error
+
+
+def _store(pk: int, tools: list[dict] | None, error: str) -> None:
+    fields: dict = {"refreshed": timezone.now(), "last_error": error}
+    if tools is None:
+        fields["health"] = McpServer.Health.DOWN
+    else:
+        fields.update(health=McpServer.Health.UP, tools=tools)
+        server = McpServer(pk=pk)
+        known = set(McpTool.objects.filter(server=server).values_list("name", flat=True))
+        McpTool.objects.bulk_create([McpTool(server=server, name=t["name"]) for t in tools if t["name"] not in known])
+    update_row(McpServer, pk, fields)
+
+
+def refresh_now(server: McpServer) -> str:
+    """refresh() from synchronous code (the admin's save and "Test connection"), stored in the caller's transaction."""
+    tools, error = async_to_sync(_listing)(server)
+    _store(server.pk, tools, error)
+    return error
+
+
+async def refresh_all() -> None:
+    """Every enabled server, at once, each within its own time limit."""
+    await db_threads.run(sync_stdio_servers)()
+    servers = await db_threads.run(lambda: list(McpServer.objects.filter(enabled=True)))()
+    await asyncio.gather(*(refresh(server) for server in servers))
+
+
+async def refresh_forever(process: process_loops.Process) -> None:
+    """refresh_all() every MCP_REFRESH_SECONDS; a database outage is logged once a streak and retried."""
+
+    def interval(failures: int) -> float:
+        return min(settings.MCP_REFRESH_SECONDS * 2**failures, max(settings.MCP_REFRESH_SECONDS, 600.0))
+
+    await every(interval, refresh_all, "cannot refresh the MCP servers' tools", "MCP servers' tools refreshed again")

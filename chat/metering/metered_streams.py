@@ -1,0 +1,162 @@
+"""A metered stream's start and settle: how a chat turn, a /v1 request and a title open and close their usage row.
+
+A start locks the person's row, so that their starts run one at a time whichever process
+takes them, refuses a stream over the limits (chat/metering/limits.py) or the monthly budget
+(chat/metering/budgets.py), and writes the stream's usage row as `streaming` with its
+reservation, all in one transaction: a refusal stores nothing, and two starts at the same
+moment cannot both take the last place or the last of a budget. The settle is the stream's
+final save on that row: its counts and cost, and a status off `streaming`, which releases the
+reservation.
+
+Here, not in chat/actions: the generation task (chat/streaming) settles its stream, and may
+only import what lies below it.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.db import connection, transaction
+from django.utils import timezone
+
+from chat.metering import budgets, limits, stream_metrics
+from chat.models.base import Status, insert_row, update_row
+from chat.models.providers import Provider
+from chat.models.usage import Usage
+
+
+def admit(user, *, source: str, token=None, check_limits: bool = True, provider: Provider | None = None,
+          model: str | None = None, now: datetime | None = None) -> list | None:  # fmt: skip
+    """A start's first step, in its transaction: lock the person's row, then refuse a stream over the limits.
+
+    With `provider` and `model` (the usage row follows at once: open_row() with `read` and `started`=`now`),
+    the budget's reads go with the lock and the limits' in one round trip, and their rows are returned.
+    """
+    now = now or timezone.now()
+    reads = [limits.counts_sql(user, source=source, token=token, now=now)] if check_limits else []
+    if provider is not None and model is not None:
+        reads += budgets.reserve_reads(user, token=token, provider_id=provider.pk, model=model, now=now)
+    rows = _locked_reads(user.pk, reads)
+    if check_limits:
+        limits.enforce(user, source=source, token=token, counted=rows.pop(0)[0], now=now)
+    return rows if provider is not None and model is not None else None
+
+
+def open_row(user, *, source: str, provider: Provider, model: str, prompt_tokens: int, max_tokens: int, token=None,
+             message=None, worker_id: int | None = None, started: datetime | None = None,
+             read: list | None = None) -> Usage:  # fmt: skip
+    """A start's last step, after admit() in the same transaction: reserve the worst case, write the usage row.
+
+    Raises BudgetExceeded (with the request's `prompt_tokens`, for the refusal's row) over a budget.
+    `max_tokens`: the most completion tokens the request can produce; `message`: a chat reply's row;
+    `read`: what admit() returned, when it was given the provider, the model and `started` as its `now`.
+    """
+    started = started or timezone.now()
+    try:
+        reservation = budgets.reserve(user, token=token, provider_id=provider.pk, model=model,
+                                      prompt_tokens=prompt_tokens, max_tokens=max_tokens, now=started,
+                                      read=read)  # fmt: skip
+    except budgets.BudgetExceeded as exc:
+        exc.prompt_tokens = prompt_tokens
+        stream_metrics.refused(source)
+        raise
+    usage = insert_row(Usage(
+        user=user, token=token, provider=provider, message=message, source=source, model=model, started=started,
+        status=Status.STREAMING, prompt_tokens=prompt_tokens, reserved_usd=reservation.usd,
+        reserved_tokens=reservation.tokens,
+        worker_id=worker_id,  # this process's lease: if it dies, another one closes the row
+    ))  # fmt: skip
+    stream_metrics.opened(usage.pk, source, provider.name, prompt_tokens)
+    return usage
+
+
+def start(user, *, source: str, provider: Provider, model: str, prompt_tokens: int, max_tokens: int,
+          token=None, worker_id: int | None = None, started: datetime | None = None,
+          check_limits: bool = True) -> Usage:  # fmt: skip
+    """Start a metered stream: admit() and open_row() in one transaction; its usage row, `streaming`.
+
+    Raises LimitExceeded or BudgetExceeded. A chat turn takes the two steps itself, in its own
+    transaction, with the writes of its messages between them (chat/actions/turns.py).
+    """
+    started = started or timezone.now()
+    with transaction.atomic():
+        read = admit(user, source=source, token=token, check_limits=check_limits, provider=provider, model=model,
+                     now=started)  # fmt: skip
+        return open_row(user, source=source, provider=provider, model=model, prompt_tokens=prompt_tokens,
+                        max_tokens=max_tokens, token=token, worker_id=worker_id, started=started,
+                        read=read)  # fmt: skip
+
+
+def settle(pk: int, fields: dict[str, Any], row: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A stream's final save on its usage row, with its cost (reported, else priced); returns what was written.
+
+    Moving the row off `streaming` releases its budget reservation. `row`: the row's provider_id,
+    model and started when the caller has them (it wrote them), saving a read.
+    """
+    if row is None:
+        row = Usage.objects.filter(pk=pk).values("provider_id", "model", "started").first()
+    if row is not None:
+        fields = {**fields, **budgets.priced(row["provider_id"], row["model"], row["started"], fields)}
+    update_row(Usage, pk, fields)
+    stream_metrics.settled(pk, fields)
+    return fields
+
+
+def _locked_reads(user_id: int, reads: list[tuple[str, list]]) -> list[list[tuple]]:
+    """Lock the person's row (see _lock_person), then run `reads`, each a statement of its own; their rows.
+
+    On PostgreSQL in one round trip (psycopg's pipeline: the transaction's BEGIN, the lock and the
+    reads sent together), since the row stays locked until the start's commit, and every round
+    trip under it, with the wait for the interpreter's lock that follows each one in a busy
+    process, is one that every other start of the person waits for. Each statement takes its
+    own snapshot after the one before it ends: the reads see the start the lock waited for.
+    """
+    if connection.vendor != "postgresql":
+        _lock_person(user_id)
+        found = []
+        with connection.cursor() as cursor:
+            for sql, params in reads:
+                cursor.execute(sql, params)
+                found.append(cursor.fetchall())
+        return found
+    connection.ensure_connection()
+    # Django's cursors (its error wrapping, its query log) on psycopg's pipeline: each execute is only queued,
+    # the first fetch sends them all and waits for all.
+    with connection.wrap_database_errors, connection.connection.pipeline():
+        cursors = [connection.cursor() for _ in range(len(reads) + 2)]
+        try:
+            # The start's commit does not wait for its WAL to reach the disk, as SQLite's (WAL, synchronous=NORMAL)
+            # does not: it waited under the lock, every start of the person after it. A crash of the database's
+            # machine may lose the last moment's starts, never corrupt; a stream's final save still waits.
+            cursors[0].execute("SET LOCAL synchronous_commit TO OFF")
+            cursors[1].execute(_lock_sql(), [user_id])
+            for cursor, (sql, params) in zip(cursors[2:], reads, strict=True):
+                cursor.execute(sql, params)
+            return [cursor.fetchall() for cursor in cursors[2:]]
+        finally:
+            for cursor in cursors:
+                cursor.close()
+
+
+def _lock_sql() -> str:
+    # NO KEY UPDATE on PostgreSQL: it conflicts with itself but not with the key-share lock every
+    # insert of a row referencing the person takes (a conversation, a message's usage row), so a
+    # start cannot deadlock with another save.
+    mode = "NO KEY UPDATE" if connection.features.has_select_for_no_key_update else "UPDATE"
+    users, quote = get_user_model()._meta, connection.ops.quote_name
+    return f"SELECT 1 FROM {quote(users.db_table)} WHERE {quote(users.pk.column)} = %s FOR {mode}"
+
+
+def _lock_person(user_id: int) -> None:
+    """Hold the person's row until the transaction ends, so that their starts run one at a time.
+
+    A statement of its own, before the limits' and the budget's reads: read after the lock is
+    had, they see the row of the start it waited for. SQLite has no row locks; its IMMEDIATE
+    transactions already serialise writers.
+    """
+    if not connection.features.has_select_for_update:
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(_lock_sql(), [user_id])

@@ -1,0 +1,706 @@
+"""Generation tasks: one upstream stream per assistant reply, independent of any websocket.
+
+A task reads the upstream, coalesces deltas for at most CHAT_COALESCE_MS before one
+channel-layer message carries them to the sockets watching the conversation, and
+saves the text every CHAT_SAVE_INTERVAL seconds. A failed save is retried with
+backoff while the stream goes on (the text stays in memory); the final save is
+retried for up to CHAT_FINAL_SAVE_SECONDS, and `done` goes out only once it landed.
+Stop and snapshot requests reach a running stream through its process's control
+listener (chat/runtime/process_loops.py), which calls Generation.handle().
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from channels.layers import get_channel_layer
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop
+
+from chat.metering import metered_streams
+from chat.models import Conversation, Message, Usage, fit, update_row
+from chat.runtime import db_threads, metrics, process_loops
+from chat.streaming import tool_loop, tool_rounds, upstream
+from chat.streaming.providers import open_provider_stream, stream_state
+from chat.streaming.relay import prompt_chars
+from chat.streaming.tool_catalog import ToolSpec
+
+log = logging.getLogger(__name__)
+
+_tasks: set[asyncio.Task] = set()
+# The generation tasks alone (a graceful shutdown waits for these, not for control handlers).
+_streams: set[asyncio.Task] = set()
+# message id -> the generation streaming it in this process
+_running: dict[int, Generation] = {}
+
+
+def _nothing_after(conversation_id: int, message_id: int) -> None:
+    return None
+
+
+# What runs in the background after a complete answer: ChatConfig.ready() connects the titles to it.
+after_complete: Callable[[int, int], Coroutine[Any, Any, Any] | None] = _nothing_after
+
+
+def conversation_group(conversation_id: int) -> str:
+    """The sockets watching a conversation."""
+    return f"chat.conversation.{conversation_id}"
+
+
+def frame(**fields: Any) -> str:
+    """A websocket frame, encoded once however many sockets receive it."""
+    return orjson.dumps(fields).decode()
+
+
+def snapshot_frame(conversation: int, message: int, content: str, reasoning: str, status: str, model: str,
+                   seq: int | None, tool_rounds: list | None = None) -> str:  # fmt: skip
+    """The text of a reply so far; seq is the last delta it includes (None: read from the database)."""
+    rounds = {"tool_rounds": tool_rounds} if tool_rounds else {}  # only on an answer that called tools
+    return frame(
+        type="snapshot", conversation=conversation, message=message, content=content, reasoning=reasoning,
+        status=status, model=model, seq=seq, **rounds,
+    )  # fmt: skip
+
+
+# Characters of text in one frame. Daphne drops a socket that is sent a frame over 1 MiB,
+# and JSON escaping can make a character six bytes ("\u001f"): 128 Ki characters stay under it.
+MAX_FRAME_CHARS = 128 * 1024
+
+
+def split_text(reasoning: str, content: str, size: int = MAX_FRAME_CHARS) -> list[tuple[str, str]]:
+    """(reasoning, content) pieces of at most `size` characters together, reasoning first; at least one."""
+    parts: list[tuple[str, str]] = []
+    r = c = 0
+    while r < len(reasoning) or c < len(content) or not parts:
+        reasoning_part = reasoning[r : r + size]
+        r += len(reasoning_part)
+        room = size - len(reasoning_part)
+        content_part = content[c : c + room] if room else ""
+        c += len(content_part)
+        parts.append((reasoning_part, content_part))
+    return parts
+
+
+def snapshot_frames(conversation: int, message: int, content: str, reasoning: str, status: str, model: str,
+                    seq: int | None, tool_rounds: list | None = None) -> list[str]:  # fmt: skip
+    """snapshot_frame() cut into frames a socket can take: a `snapshot` with `more: true`
+    followed by `snapshot_part` frames whose text is appended, the last with `more: false`."""
+    parts = split_text(reasoning, content)
+    if len(parts) == 1:
+        return [snapshot_frame(conversation, message, content, reasoning, status, model, seq, tool_rounds)]
+    texts = []
+    for index, (reasoning_part, content_part) in enumerate(parts):
+        more = index < len(parts) - 1
+        if index == 0:
+            texts.append(frame(
+                type="snapshot", conversation=conversation, message=message, content=content_part,
+                reasoning=reasoning_part, status=status, model=model, seq=seq, more=more,
+                **({"tool_rounds": tool_rounds} if tool_rounds else {}),
+            ))  # fmt: skip
+        else:
+            fields: dict[str, Any] = {"type": "snapshot_part", "message": message, "more": more}
+            if content_part:
+                fields["content"] = content_part
+            if reasoning_part:
+                fields["reasoning"] = reasoning_part
+            texts.append(frame(**fields))
+    return texts
+
+
+async def send_done(conversation: int, message: int, status: str, finish_reason: str | None,
+                    usage: dict | None, error: str, *, thinking_ms: int | None = None,
+                    tool_calls: list | None = None) -> None:  # fmt: skip
+    """The `done` frame to every socket watching the conversation."""
+    text = frame(
+        type="done", message=message, conversation=conversation, status=status, finish_reason=finish_reason,
+        usage=usage, error=error or None, thinking_ms=thinking_ms, tool_calls=tool_calls or None,
+    )  # fmt: skip
+    # Never waits on Redis: after the deltas, in order, whenever it answers (chat/runtime/channel_layers.py).
+    get_channel_layer().post_to_group(
+        conversation_group(conversation), {"type": "chat.done", "message": message, "text": text}
+    )
+
+
+def merge_deltas(first: dict, then: dict) -> dict | None:
+    """Two `chat.delta` messages of one reply as one (the later seq, the text of both); None when they do not fit."""
+    if first.get("type") != "chat.delta" or then.get("type") != "chat.delta" or first["message"] != then["message"]:
+        return None
+    a, b = orjson.loads(first["text"]), orjson.loads(then["text"])
+    content, reasoning = a.get("content", "") + b.get("content", ""), a.get("reasoning", "") + b.get("reasoning", "")
+    if len(content) + len(reasoning) > MAX_FRAME_CHARS:
+        return None
+    fields: dict[str, Any] = {"type": "delta", "message": b["message"], "seq": b["seq"]}
+    if content:
+        fields["content"] = content
+    if reasoning:
+        fields["reasoning"] = reasoning
+    return {**then, "text": frame(**fields)}
+
+
+@dataclass(frozen=True)
+class Job:
+    """Everything a generation needs, read from the database before it starts."""
+
+    conversation_id: int
+    message_id: int
+    user_message_id: int
+    usage_id: int
+    title: str
+    provider_name: str
+    base_url: str
+    api_key: str
+    model: str
+    payload: dict[str, Any]
+    prompt_chars: int
+    max_connections: int = 1  # the provider's connections per process (chat/metering/limits.py)
+    user_id: int | None = None  # the conversation's owner, so a deactivation can stop their streams
+    # The usage row's price key, so the final save need not read back the row it wrote.
+    usage_key: dict[str, Any] | None = None
+    # A continued answer's (content, reasoning) so far: this stream's text is appended to them.
+    prefix: tuple[str, str] | None = None
+    # The MCP tools this turn may call (chat/streaming/tool_catalog.py), sent upstream as `tools`.
+    tools: tuple[ToolSpec, ...] = ()
+
+
+def track(task: asyncio.Task) -> asyncio.Task:
+    """Keep a task of this module's machinery referenced until it ends (wait_all() waits for it)."""
+    _tasks.add(task)
+    task.add_done_callback(_tasks.discard)
+    return task
+
+
+def running_generation(message_id: int | None) -> Generation | None:
+    """The generation streaming this reply in this process, if any."""
+    return _running.get(message_id)
+
+
+def start(job: Job) -> asyncio.Task:
+    """Run a generation in a task of its own; it outlives the socket that asked for it."""
+    generation = _running[job.message_id] = Generation(job)  # before any control request can arrive
+    task = track(asyncio.create_task(generation.run(), name=f"generation-{job.message_id}"))
+    _streams.add(task)
+    task.add_done_callback(_streams.discard)
+    return task
+
+
+async def wait_all() -> None:
+    """Wait for every running generation of this process (tests, shutdown)."""
+    while _tasks:
+        await asyncio.gather(*list(_tasks), return_exceptions=True)
+
+
+class Generation:
+    def __init__(self, job: Job) -> None:
+        self.job = job
+        self.layer = get_channel_layer()
+        self.group = conversation_group(job.conversation_id)
+        self.window = settings.CHAT_COALESCE_MS / 1000
+        loop = asyncio.get_running_loop()
+        self.state = stream_state(loop.time(), job.api_key)
+        self.state.completion_cap = job.payload.get("max_tokens")
+        self.seq = 0
+        self.thinking_ms: int | None = None  # set when the stream ends
+        # How many of state.content's and state.reasoning's pieces the deltas sent so far carried.
+        self._sent = (0, 0)
+        self._dirty = asyncio.Event()
+        self._lock = asyncio.Lock()
+        self._last_flush = 0.0
+        self._reader: asyncio.Task | None = None
+        # Tool rounds (chat/streaming/tool_loop.py): each round's stream is metered on a row of its own;
+        # the answer's text so far is the prefix the next round's text is appended to.
+        self.prefix = job.prefix
+        self.payload = job.payload
+        self.prompt_chars = job.prompt_chars
+        self.usage_id, self.usage_key = job.usage_id, job.usage_key
+        self.row_open = True  # the current usage row is not settled yet
+        self.rounds: list[dict[str, Any]] = []  # {"at": offset in the content, "calls": [tool_loop.Call]}
+        self.earlier_usage: list[dict[str, Any]] = []
+        self.note = ""  # said under a complete answer (the round limit)
+        self._approvals: dict[str, asyncio.Future] = {}
+        self._tool_sign = 0
+
+    async def run(self) -> None:
+        job = self.job
+        _running[job.message_id] = self
+        try:
+            await self._run()
+        finally:
+            _running.pop(job.message_id, None)
+
+    async def _run(self) -> None:
+        job = self.job
+        self.layer.post_to_group(
+            self.group,
+            {
+                "type": "chat.started",
+                "message": job.message_id,
+                "text": frame(
+                    type="started",
+                    conversation=job.conversation_id,
+                    message=job.message_id,
+                    user_message=job.user_message_id,
+                    model=job.model,
+                    provider=job.provider_name,
+                    title=job.title,
+                    continued=job.prefix is not None,
+                ),
+            },
+        )
+        helpers = [
+            asyncio.create_task(self._flush_loop()),
+            asyncio.create_task(self._save_loop()),
+        ]
+        self._reader = asyncio.create_task(self._turn())
+        status, error, cancelled = Message.Status.FAILED, "", False
+        try:
+            await self._reader
+            status = self.state.outcome()
+            if status == Message.Status.COMPLETE:
+                error = self.note
+            elif status == Message.Status.FAILED:
+                error = self.state.error_message()
+            elif status == Message.Status.INTERRUPTED:
+                error = _("The upstream closed the stream before the answer was finished.")
+        except upstream.UpstreamError as exc:
+            status, error = self.state.outcome(exc), _describe(exc)
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            cancelled = current is not None and current.cancelling() > 0
+            if cancelled:  # the process is shutting down, not a stop
+                status, error = Message.Status.INTERRUPTED, _("The server stopped while this answer was streaming.")
+            else:
+                status = Message.Status.STOPPED
+        except Exception:
+            log.exception("generation %s failed", job.message_id)
+            error = _("Internal error while streaming; the partial answer was kept.")
+        finally:
+            self.state.ended_at = asyncio.get_running_loop().time()
+            async with self._lock:
+                for helper in helpers:
+                    helper.cancel()
+            await asyncio.gather(*helpers, return_exceptions=True)
+            await self._finish(status, error)
+        if cancelled:
+            raise asyncio.CancelledError
+
+    def stop(self) -> None:
+        if self._reader is not None:
+            self._reader.cancel()
+
+    async def _turn(self) -> None:
+        """The upstream read, then, while the model asks for tools, a round of calls and a read again."""
+        await self._read()
+        while self.job.tools and self.state.tool_calls and self.state.outcome() == Message.Status.COMPLETE:
+            if len(self.rounds) >= settings.MCP_MAX_ROUNDS:
+                self.note = _("The model asked for more tool calls than a turn allows (%(rounds)s rounds).") % {
+                    "rounds": settings.MCP_MAX_ROUNDS
+                }
+                return
+            await self._tool_round()
+            await self._read()
+
+    async def _read(self) -> None:
+        job = self.job
+        payload = self.payload
+        if job.tools and "tools" not in payload:
+            payload = self.payload = {**payload, "tools": [spec.as_openai() for spec in job.tools]}
+        async with open_provider_stream(
+            job.provider_name, job.base_url, job.api_key, job.max_connections, payload, self.state
+        ) as stream:
+            # The text gathers in the state; the flush loop sends what its last delta did not carry.
+            await stream.read(self.state, on_text=self._dirty.set)
+
+    # --- to the sockets -------------------------------------------------------
+
+    async def _flush_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            # The window first, then the text: under a steady stream the text is there when
+            # the window ends, so a frame costs the loop one wake-up, not two (on the text,
+            # then on the window). After a silence the first text still goes out at once.
+            wait = self._last_flush + self.window - loop.time()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            await self._dirty.wait()
+            async with self._lock:
+                await self._flush()
+
+    async def _flush(self) -> None:
+        """Send what arrived since the last flush as one delta (caller holds the lock)."""
+        self._dirty.clear()
+        if self.job.tools and self.state.tool_calls:
+            await self._send_tool_arguments()
+        state, (sent_content, sent_reasoning) = self.state, self._sent
+        if len(state.content) == sent_content and len(state.reasoning) == sent_reasoning:
+            return
+        content, reasoning = "".join(state.content[sent_content:]), "".join(state.reasoning[sent_reasoning:])
+        self._sent = (len(state.content), len(state.reasoning))
+        self._last_flush = asyncio.get_running_loop().time()
+        # Nearly always one part; a huge upstream chunk becomes several deltas, each under the frame limit.
+        for reasoning_part, content_part in split_text(reasoning, content):
+            self.seq += 1
+            fields: dict[str, Any] = {"type": "delta", "message": self.job.message_id, "seq": self.seq}
+            if content_part:
+                fields["content"] = content_part
+            if reasoning_part:
+                fields["reasoning"] = reasoning_part
+            await self._send_delta(
+                {"type": "chat.delta", "message": self.job.message_id, "seq": self.seq, "text": frame(**fields),
+                 "conversation": self.job.conversation_id}
+            )  # fmt: skip
+
+    async def _send_delta(self, message: dict) -> None:
+        """To the group's sockets without waiting on Redis (chat/runtime/channel_layers.py).
+
+        This process's sockets get it at once; other processes' through the layer's sender, which
+        reads the group's members at most once a second and, while Redis is away, keeps the
+        deltas (merged by merge_deltas) until it is back. A socket that joins while the reply
+        streams asks for a snapshot first (handle()), which makes the sender read the members
+        again, so it misses no delta after the snapshot's; one that left may get a delta or two
+        more, which the consumer drops (ChatConsumer.chat_delta).
+        """
+        self.layer.post_to_group(self.group, message, merge_deltas)
+
+    def _flushed_text(self) -> tuple[str, str]:
+        """The text up to the last delta sent: what arrived during the flush's awaits is still pending
+        and goes out in the next delta, so a snapshot must not carry it too."""
+        sent_content, sent_reasoning = self._sent
+        return self._whole("".join(self.state.content[:sent_content]), "".join(self.state.reasoning[:sent_reasoning]))
+
+    def _whole(self, content: str, reasoning: str) -> tuple[str, str]:
+        """The answer's text: a continued answer's (or the earlier rounds') text, then this stream's."""
+        if self.prefix is None:
+            return content, reasoning
+        return self.prefix[0] + content, self.prefix[1] + reasoning
+
+    # --- tool rounds ----------------------------------------------------------
+
+    def public_rounds(self) -> list[dict[str, Any]]:
+        return [{"at": entry["at"], "calls": [call.public() for call in entry["calls"]]} for entry in self.rounds]
+
+    async def _send_tool(self, **fields: Any) -> None:
+        text = frame(conversation=self.job.conversation_id, message=self.job.message_id, **fields)
+        # In order with the deltas, never waiting on Redis (chat/runtime/channel_layers.py).
+        self.layer.post_to_group(self.group, {"type": "chat.tool", "message": self.job.message_id, "text": text})
+
+    async def _send_tool_arguments(self) -> None:
+        """The tool calls' names and arguments as they stream (only when they grew)."""
+        calls = self.state.tool_call_list
+        sign = sum(len(c["function"]["name"]) + len(c["function"]["arguments"]) for c in calls)
+        if sign == self._tool_sign:
+            return
+        self._tool_sign = sign
+        await self._send_tool(type="tool_arguments", round=len(self.rounds), calls=[
+            {"id": c["id"], "name": c["function"]["name"], "arguments": c["function"]["arguments"][:MAX_FRAME_CHARS]}
+            for c in calls
+        ])  # fmt: skip
+
+    async def _notify_call(self, call: tool_loop.Call) -> None:
+        await self._send_tool(type="tool_call", round=len(self.rounds) - 1, call=call.public())
+        if call.status not in (tool_loop.RUNNING,):
+            try:
+                await db_threads.run(tool_rounds.save_rounds)(self.job.message_id, self.public_rounds())
+            except Exception as exc:  # the final save writes them again
+                log.warning("generation %s: cannot save the tool rounds (%s)", self.job.message_id, exc)
+
+    async def _approve(self, call: tool_loop.Call) -> bool:
+        """The person's Approve (True) or Deny, or a denial after MCP_APPROVAL_SECONDS."""
+        future = self._approvals[call.id] = asyncio.get_running_loop().create_future()
+        try:
+            async with asyncio.timeout(settings.MCP_APPROVAL_SECONDS):
+                return await future
+        except TimeoutError:
+            return False
+        finally:
+            self._approvals.pop(call.id, None)
+
+    async def _tool_round(self) -> None:
+        """Settle this round's stream, run its calls, and open the next request with their results, metered."""
+        job, loop = self.job, asyncio.get_running_loop()
+        state = self.state
+        async with self._lock:
+            await self._flush()
+            content, reasoning = self._whole(state.text, state.reasoning_text)
+            calls = tool_loop.calls_of(state.tool_call_list)
+            self.rounds.append({"at": len(content), "calls": calls})
+        state.ended_at = loop.time()
+        usage = state.metering(self.prompt_chars, loop.time())
+        ending = Usage.ending(state, Message.Status.COMPLETE, "", usage)
+        written = await db_threads.run(tool_rounds.settle_round)(
+            self.usage_id, self.usage_key, ending, job.message_id, content, reasoning, self.public_rounds()
+        )
+        self.row_open = False
+        self.earlier_usage.append({**usage, "cost": written.get("cost")})
+        specs = {spec.name: spec for spec in job.tools}
+        allowed = await db_threads.run(tool_rounds.calls_left)(job.user_id)
+        try:
+            await tool_loop.run_round(calls, specs, allowed, self._notify_call, self._approve)
+        finally:
+            for call in calls:
+                if call.status in ("pending", tool_loop.WAITING, tool_loop.RUNNING, tool_loop.CANCELLED):
+                    call.status, call.error = tool_loop.CANCELLED, "stopped by the person"
+                    await self._send_tool(type="tool_call", round=len(self.rounds) - 1, call=call.public())
+            await db_threads.run(tool_rounds.record)(job.user_id, job.conversation_id, job.message_id, calls)
+        messages = [*self.payload["messages"], *tool_loop.round_messages(state.text, calls)]
+        chars = prompt_chars(messages)
+        try:
+            self.usage_id, self.usage_key = await db_threads.run(tool_rounds.open_round)(
+                job.user_id, job.provider_name, job.model, job.message_id, upstream.estimate_tokens(chars),
+                int(self.payload.get("max_tokens") or settings.UPSTREAM_MAX_TOKENS), process_loops.worker_id(),
+            )  # fmt: skip
+        except Exception as exc:
+            detail = getattr(exc, "detail", None) or str(exc)
+            raise upstream.UpstreamError("busy", detail) from None
+        async with self._lock:
+            self.row_open = True
+            self.prefix = (content, reasoning)
+            self.payload = {**self.payload, "messages": messages}
+            self.prompt_chars = chars
+            self.state = stream_state(loop.time(), job.api_key)
+            self._sent = (0, 0)
+            self._tool_sign = 0
+
+    async def handle(self, request: dict) -> None:
+        """A control request from a socket on any process: stop, or a snapshot for an attaching socket."""
+        if request["type"] == "generation.stop":
+            self.stop()
+        elif request["type"] == "generation.approve":
+            future = self._approvals.get(str(request.get("call")))
+            if future is not None and not future.done():
+                future.set_result(bool(request.get("approve")))
+        elif request["type"] == "generation.snapshot":
+            async with self._lock:
+                # The asking socket has joined the group: its members are read again for what follows.
+                self.layer.forget_members(self.group)
+                await self._flush()
+                content, reasoning = self._flushed_text()
+                first, *parts = snapshot_frames(
+                    self.job.conversation_id,
+                    self.job.message_id,
+                    content,
+                    reasoning,
+                    Message.Status.STREAMING,
+                    self.job.model,
+                    self.seq,
+                    self.public_rounds(),
+                )
+                # After the deltas it includes, in order, whatever Redis does meanwhile.
+                self.layer.post(
+                    request["reply_to"],
+                    # `parts`: the snapshot's continuation frames, sent right after `text`.
+                    {"type": "chat.snapshot", "message": self.job.message_id, "seq": self.seq, "text": first,
+                     "parts": parts},
+                )  # fmt: skip
+
+    # --- to the database ------------------------------------------------------
+
+    async def _save_loop(self) -> None:
+        """Save the growing text every interval; on a database error retry with backoff, never give up."""
+        job, interval = self.job, settings.CHAT_SAVE_INTERVAL
+        saved_pieces, failures = 0, 0
+        while True:
+            await asyncio.sleep(interval if not failures else min(interval * 2**failures, 10.0))
+            # Pieces are only ever appended (and never empty): a new count means new text.
+            pieces = len(self.state.content) + len(self.state.reasoning)
+            if pieces == saved_pieces:
+                continue
+            try:
+                text = self._whole(self.state.text, self.state.reasoning_text)
+                await db_threads.run(self._save_partial)(*text)
+            except Exception as exc:
+                failures += 1
+                metrics.db_save_retries.labels("partial").inc()
+                if failures == 1:
+                    log.warning("generation %s: cannot save the partial answer (%s); retrying", job.message_id, exc)
+                continue
+            if failures:
+                log.warning("generation %s: partial answer saved again after %d failure(s)", job.message_id, failures)
+                failures = 0
+            saved_pieces = pieces
+
+    def _save_partial(self, content: str, reasoning: str) -> None:
+        Message.objects.save_partial(self.job.message_id, content, reasoning)
+
+    async def _finish(self, status: str, error: str) -> None:
+        """Store the text and the usage whatever the ending, then tell the sockets."""
+        job, state = self.job, self.state
+        usage = state.metering(self.prompt_chars, asyncio.get_running_loop().time())
+        self.thinking_ms = state.thinking_ms(asyncio.get_running_loop().time())
+        async with self._lock:
+            await self._flush()
+        if not await self._store_final(status, error, usage):
+            # The answer is not stored: the socket must not be told it is.
+            status, error = Message.Status.INTERRUPTED, _(UNSAVED_ERROR)
+        frame_usage = {**usage, "cost": float(usage["cost"]) if usage["cost"] is not None else None}
+        if self.earlier_usage:
+            frame_usage = _added_up([*self.earlier_usage, usage] if self.row_open else self.earlier_usage)
+        await send_done(
+            job.conversation_id, job.message_id, status, state.finish_reason, frame_usage, error,
+            thinking_ms=self.thinking_ms, tool_calls=state.tool_call_list,
+        )  # fmt: skip
+        if status == Message.Status.COMPLETE:
+            # After `done`, never before it: a title is written in the background (chat/actions/titles.py).
+            follow_up = after_complete(job.conversation_id, job.message_id)
+            if follow_up is not None:
+                track(asyncio.create_task(follow_up, name=f"title-{job.message_id}"))
+
+    async def _store_final(self, status: str, error: str, usage: dict[str, Any]) -> bool:
+        """The final save, retried with backoff for CHAT_FINAL_SAVE_SECONDS; False if it never landed."""
+        job, loop = self.job, asyncio.get_running_loop()
+        deadline = loop.time() + settings.CHAT_FINAL_SAVE_SECONDS
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                await db_threads.run(self._save_final)(status, error, usage)
+            except asyncio.CancelledError:
+                # The process is exiting mid-save (which may still land in its thread): say so loudly.
+                log.error(
+                    "generation %s: exiting before the final save landed; %d characters may be lost",
+                    job.message_id,
+                    len(self.state.text),
+                )
+                raise
+            except Exception as exc:
+                left = deadline - loop.time()
+                if left <= 0:
+                    log.error(
+                        "generation %s: final save failed %d times, giving up (%s); the stored text is the "
+                        "last partial save, %d characters are lost",
+                        job.message_id,
+                        attempt,
+                        exc,
+                        len(self.state.text),
+                    )
+                    return False
+                log.warning("generation %s: final save failed (attempt %d: %s); retrying", job.message_id, attempt, exc)
+                metrics.db_save_retries.labels("final").inc()
+                try:
+                    await asyncio.sleep(min(0.25 * 2**attempt, 10.0, left))
+                except asyncio.CancelledError:
+                    await self._last_try(status, error, usage)
+                    raise
+                continue
+            if attempt > 1:
+                log.warning("generation %s: final save landed after %d attempts", job.message_id, attempt)
+                metrics.db_wait_seconds.observe(settings.CHAT_FINAL_SAVE_SECONDS - (deadline - loop.time()))
+            return True
+
+    async def _last_try(self, status: str, error: str, usage: dict[str, Any]) -> None:
+        """One more final save while the process exits; logs loudly when even that fails."""
+        try:
+            await db_threads.run(self._save_final)(status, error, usage)
+            log.warning("generation %s: final save landed while the process was exiting", self.job.message_id)
+        except BaseException as exc:
+            log.error(
+                "generation %s: the process is exiting and the final save failed (%r); %d characters are lost",
+                self.job.message_id,
+                exc,
+                len(self.state.text),
+            )
+
+    def _save_final(self, status: str, error: str, usage: dict[str, Any]) -> None:
+        job, state = self.job, self.state
+        now = timezone.now()
+        content, reasoning = self._whole(state.text, state.reasoning_text)
+        # A continued answer that did not think again keeps the time its first stream thought.
+        thinking_ms = F("thinking_ms") if job.prefix is not None and self.thinking_ms is None else self.thinking_ms
+        # A continued answer that called no tool this time keeps the rounds it had.
+        rounds = {"tool_rounds": self.public_rounds() or None} if self.rounds or job.prefix is None else {}
+        with transaction.atomic():
+            update_row(Message, job.message_id, {
+                **rounds,
+                "content": content,
+                "reasoning": reasoning,
+                "tool_calls": state.tool_call_list or None,
+                "thinking_ms": thinking_ms,
+                "status": status,
+                "finish_reason": fit(Message, "finish_reason", state.finish_reason),
+                "error": error,
+                "updated": now,
+            })  # fmt: skip
+            # The done frame shows the cost computed from the price table too. A stop during a tool round
+            # finds the round's row settled already (chat/streaming/tool_rounds.py).
+            if self.row_open:
+                ending = Usage.ending(state, status, error, usage)
+                usage["cost"] = metered_streams.settle(self.usage_id, ending, self.usage_key)["cost"]
+            update_row(Conversation, job.conversation_id, {"updated": now})
+
+
+def _added_up(usages: list[dict[str, Any]]) -> dict[str, Any]:
+    """The rounds' usage as one, for the `done` frame."""
+    costs = [u["cost"] for u in usages if u.get("cost") is not None]
+    names = ("prompt_tokens", "completion_tokens", "reasoning_tokens", "total_tokens", "duration_ms")
+    total = {name: sum(u.get(name) or 0 for u in usages) for name in names}
+    last = usages[-1]
+    return {**last, **total, "cost": float(sum(costs)) if costs else None, "ttft_ms": usages[0].get("ttft_ms"),
+            "estimated": any(u.get("estimated") for u in usages), "requests": len(usages)}  # fmt: skip
+
+
+UNSAVED_ERROR = gettext_noop("The answer could not be saved: the database was unavailable for too long.")
+
+
+def _describe(exc: upstream.UpstreamError) -> str:
+    """What the user reads under a failed answer (the upstream's own words stay as they came)."""
+    values = {"message": exc.message}
+    if exc.kind == "http":
+        code = f" {exc.code}" if exc.code and exc.code != str(exc.status) else ""
+        values["status"] = f"{exc.status}{code}"
+        text = _("The upstream refused the request (%(status)s): %(message)s") % values
+        if exc.retry_after and "retry" not in exc.message.lower():  # the upstream may have said so already
+            text += " " + _("Retry after %(seconds)s s.") % {"seconds": exc.retry_after}
+        return text
+    if exc.kind == "cut":
+        return _("The upstream connection broke off before the answer was finished.")
+    if exc.kind == "timeout":
+        return _("The upstream timed out: %(message)s.") % values
+    if exc.kind == "connect":
+        return _("Cannot reach the upstream: %(message)s.") % values
+    if exc.kind == "busy":
+        return _("Cannot start the answer: %(message)s.") % values
+    if exc.kind == "too_large":
+        return _("The answer was stopped because %(message)s; the text so far was kept.") % values
+    return _("The upstream sent something unreadable (%(message)s); the text so far was kept.") % values
+
+
+# --- shutdown -----------------------------------------------------------------
+
+
+def stop_user(user_id: int) -> int:
+    """Stop this process's generations of one user (deactivated); how many there were."""
+    stopping = [generation for generation in _running.values() if generation.job.user_id == user_id]
+    for generation in stopping:
+        generation.stop()
+    return len(stopping)
+
+
+def running_messages() -> list[int]:
+    """The replies this process is streaming."""
+    return list(_running)
+
+
+def running_users() -> set[int]:
+    """Whose generations this process is running."""
+    return {generation.job.user_id for generation in _running.values() if generation.job.user_id is not None}
+
+
+def running() -> list[asyncio.Task]:
+    """The generations this process is running."""
+    return list(_streams)
+
+
+async def shutdown() -> None:
+    """End every running generation as interrupted: text, usage and the `done` frames saved and sent."""
+    streams = list(_streams)
+    for task in streams:
+        task.cancel()
+    await asyncio.gather(*streams, return_exceptions=True)

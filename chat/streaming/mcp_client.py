@@ -1,0 +1,136 @@
+"""The MCP client: a server's tools listed, one tool called, through the official `mcp` SDK (no Django).
+
+Each use opens its own session (Streamable HTTP, or a stdio server's process started for it)
+and closes it afterwards, within a time limit: a server that hangs, fails or answers too much
+costs the caller that time at most, never the process. Headers and bearer secrets go only to
+the server; errors are described without them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx2
+
+# A tool result's SSE event may be this large; a larger one fails the call (the chat keeps far less).
+MAX_EVENT_BYTES = 16 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where a server is: a Streamable HTTP URL with its headers, or a stdio command (from MCP_SERVERS_FILE)."""
+
+    name: str
+    url: str = ""
+    headers: dict[str, str] = field(default_factory=dict)
+    stdio: dict[str, Any] | None = None
+
+    def __repr__(self) -> str:  # never the headers
+        return f"Endpoint({self.name!r})"
+
+
+@dataclass(frozen=True)
+class Result:
+    """A call's outcome: its text (cut to the cap), whether the tool said it failed, its size before the cut."""
+
+    text: str
+    is_error: bool
+    size: int
+    truncated: bool
+
+
+class McpFailure(Exception):
+    """A server that cannot be reached, refused, or broke the protocol: a sentence without secrets."""
+
+
+@contextlib.asynccontextmanager
+async def _session(endpoint: Endpoint, seconds: float) -> AsyncIterator[Any]:
+    # The SDK is imported at its first use, not with the app: its pydantic models cost every process
+    # (and every test's server) over a second of start-up that a team without MCP servers never needs.
+    from mcp.client import Client
+    from mcp.client.stdio import StdioServerParameters
+    from mcp.client.streamable_http import streamable_http_client
+
+    if endpoint.stdio is not None:
+        params = StdioServerParameters(
+            command=endpoint.stdio["command"], args=list(endpoint.stdio.get("args") or []),
+            env=endpoint.stdio.get("env") or None, cwd=endpoint.stdio.get("cwd") or None,
+        )  # fmt: skip
+        async with Client(params, cache=None, read_timeout_seconds=seconds) as client:
+            yield client
+        return
+    timeout = httpx2.Timeout(seconds)
+    async with httpx2.AsyncClient(headers=endpoint.headers, timeout=timeout) as http:
+        transport = streamable_http_client(endpoint.url, http_client=http, max_sse_event_size=MAX_EVENT_BYTES)
+        async with Client(transport, cache=None, read_timeout_seconds=seconds) as client:
+            yield client
+
+
+def _describe(exc: BaseException, endpoint: Endpoint) -> str:
+    """An error as one line, with the server's secrets taken out."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    text = str(exc) or type(exc).__name__
+    for secret in endpoint.headers.values():
+        if secret:
+            text = text.replace(secret, "…")
+    return " ".join(text.split())[:300]
+
+
+async def list_tools(endpoint: Endpoint, seconds: float) -> list[dict[str, Any]]:
+    """The server's tools as [{"name", "description", "input_schema"}]; McpFailure if it cannot say."""
+    try:
+        async with asyncio.timeout(seconds):
+            async with _session(endpoint, seconds) as client:
+                tools, cursor = [], None
+                while True:
+                    page = await client.list_tools(cursor=cursor) if cursor else await client.list_tools()
+                    tools += page.tools
+                    cursor = page.next_cursor
+                    if not cursor or len(tools) > 500:
+                        break
+    except TimeoutError:
+        raise McpFailure(f"no answer within {seconds:g} s") from None
+    except Exception as exc:
+        raise McpFailure(_describe(exc, endpoint)) from None
+    return [
+        {"name": tool.name, "description": (tool.description or "")[:2000], "input_schema": tool.input_schema or {}}
+        for tool in tools
+    ]
+
+
+def result_text(content: list[Any], structured: Any) -> str:
+    """A result's blocks as text: text blocks as they are, other kinds named (images are not passed on)."""
+    parts = []
+    for block in content:
+        kind = getattr(block, "type", "")
+        if kind == "text":
+            parts.append(block.text)
+        elif kind == "resource":
+            parts.append(getattr(block.resource, "text", "") or f"[a resource: {block.resource.uri}]")
+        else:
+            parts.append(f"[{kind or 'unknown'} content left out]")
+    if not parts and structured is not None:
+        parts.append(str(structured))
+    return "\n".join(parts)
+
+
+async def call_tool(endpoint: Endpoint, tool: str, arguments: dict[str, Any], seconds: float,
+                    max_chars: int) -> Result:  # fmt: skip
+    """Call one tool within `seconds` (TimeoutError past it); its text cut to `max_chars`; McpFailure if the
+    server could not answer."""
+    async with asyncio.timeout(seconds):
+        try:
+            async with _session(endpoint, seconds) as client:
+                answer = await client.call_tool(tool, arguments)
+        except TimeoutError:
+            raise
+        except Exception as exc:
+            raise McpFailure(_describe(exc, endpoint)) from None
+    text = result_text(answer.content, answer.structured_content)
+    size = len(text)
+    return Result(text=text[:max_chars], is_error=bool(answer.is_error), size=size, truncated=size > max_chars)

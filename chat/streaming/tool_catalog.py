@@ -1,0 +1,124 @@
+"""Which MCP tools a person may use in a turn, and where their servers are.
+
+Read on a database thread when a turn starts (every path: send, edit, regenerate, continue),
+for the conversation's owner: servers open to one of their groups (superusers: all), enabled,
+not down, and their tools that staff left on and the conversation did not switch off. A tool
+outside this set is never called, whatever a model or a frame names.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+
+from chat.models import NAME_SEPARATOR, McpServer, McpTool
+from chat.streaming.mcp_client import Endpoint
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """One tool a turn may call: its name to the model, its server's, its schema and whether it asks first."""
+
+    name: str
+    server: str
+    tool: str
+    description: str
+    schema: dict[str, Any]
+    asks_first: bool
+    endpoint: Endpoint
+
+    def as_openai(self) -> dict[str, Any]:
+        schema = self.schema if self.schema.get("type") == "object" else {"type": "object", "properties": {}}
+        return {"type": "function", "function": {"name": self.name, "description": self.description[:1024],
+                                                 "parameters": schema}}  # fmt: skip
+
+
+@functools.cache
+def stdio_servers() -> dict[str, dict[str, Any]]:
+    """The stdio servers MCP_SERVERS_FILE declares, by name (read once per process)."""
+    path = settings.MCP_SERVERS_FILE
+    if not path:
+        return {}
+    try:
+        with open(path, encoding="utf-8") as file:
+            servers = json.load(file).get("servers") or {}
+    except (OSError, ValueError, AttributeError) as exc:
+        log.error("MCP_SERVERS_FILE %s cannot be read: %s", path, exc)
+        return {}
+    return {str(name): spec for name, spec in servers.items() if isinstance(spec, dict) and spec.get("command")}
+
+
+def sync_stdio_servers() -> None:
+    """The file's stdio servers as rows (for their groups and tools in the admin); rows no longer in it disabled."""
+    declared = stdio_servers()
+    for name in declared:
+        McpServer.objects.get_or_create(name=name, defaults={"transport": McpServer.Transport.STDIO})
+    McpServer.objects.filter(transport=McpServer.Transport.STDIO).exclude(name__in=list(declared)).update(enabled=False)
+
+
+def endpoint_of(server: McpServer) -> Endpoint | None:
+    """Where to reach a server (None: a stdio server the file no longer declares)."""
+    if server.transport == McpServer.Transport.STDIO:
+        spec = stdio_servers().get(server.name)
+        return Endpoint(server.name, stdio=spec) if spec is not None else None
+    headers = {str(k): str(v) for k, v in (server.headers or {}).items()}
+    if server.bearer:
+        headers["Authorization"] = f"Bearer {server.bearer}"
+    return Endpoint(server.name, url=server.url, headers=headers)
+
+
+def tools_for(user, chosen: list[str] | None) -> tuple[ToolSpec, ...]:
+    """The tools `user` may call in a turn; `chosen`: the conversation's switched-on names (None: all)."""
+    servers = list(McpServer.objects.usable_by(user).exclude(health=McpServer.Health.DOWN))
+    if not servers:
+        return ()
+    settings_of = {(row.server_id, row.name): row for row in McpTool.objects.filter(server__in=[s.pk for s in servers])}
+    specs = []
+    for server in servers:
+        endpoint = endpoint_of(server)
+        if endpoint is None:
+            continue
+        for tool in server.tools or []:
+            setting = settings_of.get((server.pk, tool.get("name")))
+            if setting is not None and not setting.enabled:
+                continue
+            name = f"{server.name}{NAME_SEPARATOR}{tool['name']}"
+            if chosen is not None and name not in chosen:
+                continue
+            specs.append(ToolSpec(
+                name=name, server=server.name, tool=tool["name"], description=tool.get("description") or "",
+                schema=tool.get("input_schema") or {}, asks_first=bool(setting and setting.asks_first),
+                endpoint=endpoint,
+            ))  # fmt: skip
+    return tuple(specs)
+
+
+def menu_for(user) -> list[dict[str, Any]]:
+    """The composer's tools menu: each server this person may use, up or down, with its enabled tools."""
+    servers = list(McpServer.objects.usable_by(user))
+    off = set(
+        McpTool.objects.filter(server__in=[s.pk for s in servers], enabled=False).values_list("server_id", "name")
+    )
+    return [
+        {
+            "server": server.name,
+            "health": server.health,
+            "tools": [
+                {
+                    "name": f"{server.name}{NAME_SEPARATOR}{tool['name']}",
+                    "tool": tool["name"],
+                    "description": (tool.get("description") or "")[:300],
+                }
+                for tool in server.tools or []
+                if (server.pk, tool.get("name")) not in off
+            ],
+        }
+        for server in servers
+    ]

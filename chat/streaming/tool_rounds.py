@@ -1,0 +1,73 @@
+"""A tool round's database work, on a database thread: the round's stream settled, the next one metered,
+the person's calls this minute counted, and every call recorded (ToolCall)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.db import transaction
+from django.utils import timezone
+
+from chat.metering import budgets, metered_streams
+from chat.models import Message, Provider, ToolCall, Usage, update_row
+from chat.streaming.tool_loop import Call
+
+
+def settle_round(usage_id: int, usage_key: dict | None, ending: dict[str, Any], message_id: int, content: str,
+                 reasoning: str, rounds: list[dict]) -> dict[str, Any]:  # fmt: skip
+    """The round's stream ends complete on its usage row; the answer so far and its rounds are saved."""
+    with transaction.atomic():
+        written = metered_streams.settle(usage_id, ending, usage_key)
+        update_row(Message, message_id, {
+            "content": content, "reasoning": reasoning, "tool_rounds": rounds, "updated": timezone.now(),
+        })  # fmt: skip
+    return written
+
+
+def save_rounds(message_id: int, rounds: list[dict]) -> None:
+    """The rounds as they stand (a call approved, a result in), for a reload during the turn."""
+    update_row(Message, message_id, {"tool_rounds": rounds})
+
+
+def open_round(user_id: int, provider_name: str, model: str, message_id: int, prompt_tokens: int, max_tokens: int,
+               worker_id: int | None) -> tuple[int, dict[str, Any]]:  # fmt: skip
+    """The next request of the turn, metered like any stream: limits, budget reservation, its usage row.
+
+    Raises LimitExceeded or BudgetExceeded (a refusal over budget is kept as a `refused` row)."""
+    user = get_user_model().objects.get(pk=user_id)
+    provider = Provider.objects.get(name=provider_name)
+    try:
+        with transaction.atomic():
+            metered_streams.admit(user, source=Usage.Source.CHAT)
+            row = metered_streams.open_row(
+                user, source=Usage.Source.CHAT, provider=provider, model=model, prompt_tokens=prompt_tokens,
+                max_tokens=max_tokens, message=Message(pk=message_id), worker_id=worker_id,
+            )  # fmt: skip
+    except budgets.BudgetExceeded as exc:
+        budgets.refuse(user, source=Usage.Source.CHAT, provider_id=provider.pk, model=model,
+                       prompt_tokens=exc.prompt_tokens, detail=exc.detail)  # fmt: skip
+        raise
+    return row.pk, {"provider_id": row.provider_id, "model": row.model, "started": row.started}
+
+
+def calls_left(user_id: int) -> int:
+    """How many tool calls the person may still make this minute (MCP_CALLS_PER_MINUTE)."""
+    since = timezone.now() - timedelta(minutes=1)
+    made = ToolCall.objects.filter(user_id=user_id, created__gte=since).exclude(status=ToolCall.Outcome.LIMITED).count()
+    return max(0, settings.MCP_CALLS_PER_MINUTE - made)
+
+
+def record(user_id: int, conversation_id: int, message_id: int, calls: list[Call]) -> None:
+    """Every call of a round in the audit, however it ended."""
+    ToolCall.objects.bulk_create([
+        ToolCall(
+            user_id=user_id, conversation_id=conversation_id, message_id=message_id, server=call.server[:40],
+            tool=(call.tool or call.name)[:128], arguments=call.parsed if call.parsed is not None else call.arguments,
+            status=call.status if call.status in ToolCall.Outcome.values else ToolCall.Outcome.CANCELLED,
+            error=call.error[:2000], result_bytes=min(call.size, 2**31 - 1), duration_ms=call.duration_ms,
+        )
+        for call in calls
+    ])  # fmt: skip

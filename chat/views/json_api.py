@@ -1,0 +1,45 @@
+"""The page's JSON endpoints: signed-in callers, a JSON body, and errors in one shape."""
+
+from __future__ import annotations
+
+import functools
+import json
+
+from django.http import JsonResponse
+from django.utils.translation import gettext as _
+
+from chat.lib.json_depth import MAX_STORED_DEPTH, deeper_than
+from chat.models import ChatError
+
+
+def api(view):
+    """JSON in and out for a signed-in user: 401 instead of a login redirect, ChatError as 400."""
+
+    @functools.wraps(view)
+    def wrapper(request, *args, **kwargs):
+        if not request.user.is_authenticated:
+            return error(401, "unauthenticated", _("Sign in first."))
+        try:
+            return view(request, *args, **kwargs)
+        except ChatError as exc:
+            return error({"not_found": 404, "forbidden": 403}.get(exc.code, 400), exc.code, exc.detail)
+
+    return wrapper
+
+
+def error(status: int, code: str, detail: str) -> JsonResponse:
+    return JsonResponse({"error": {"code": code, "detail": detail}}, status=status)
+
+
+def json_body(request) -> dict:
+    try:
+        body, too_deep = json.loads(request.body or b"{}"), False
+    except ValueError:
+        raise ChatError("bad_json", _("The body is not valid JSON.")) from None
+    except RecursionError:  # nested past the parser's depth
+        body, too_deep = None, True
+    if too_deep or deeper_than(body, MAX_STORED_DEPTH):
+        raise ChatError("bad_json", _("The body nests more than %(depth)s levels deep.") % {"depth": MAX_STORED_DEPTH})
+    if not isinstance(body, dict):
+        raise ChatError("bad_json", _("The body must be a JSON object."))
+    return body
