@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import fcntl
+import os
 from dataclasses import dataclass
 
 import pytest
@@ -14,8 +16,8 @@ from django.conf import settings
 from django.core.management import call_command
 from django.test import Client
 
-from chat import generation, upstream
-from chat.fakeupstream import FakeUpstream
+from chat.streaming import generation, upstream
+from fakeupstream.app import FakeUpstream
 from tests.fakeserver import FakeServer
 from tests.live import LiveServer, database_url
 
@@ -29,24 +31,89 @@ MODELS = {
 }
 
 
+# --- markers and parallel workers (pytest-xdist) -----------------------------------------
+
+# A test that uses one of these drives Chromium (conftest's browser fixture and those built on it).
+BROWSER_FIXTURES = frozenset({"browser", "new_page", "page"})
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items):
+    """Mark the browser tests (before `-m` selects by marks)."""
+    for item in items:
+        if BROWSER_FIXTURES & set(item.fixturenames):
+            item.add_marker(pytest.mark.browser)
+
+
+# A rough cost of a test, by its marks, for the order below.
+WEIGHTS = {"slow": 30, "cluster": 15, "browser": 5}
+
+
+class HeaviestFirst:
+    """The heaviest test files first: `--dist loadfile --no-loadscope-reorder` hands the files out to the
+    workers in this order, and a long file started last would keep one worker busy after the others.
+
+    By file, so that the servers and browsers a module's fixtures start are started once."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, items):
+        """A stable sort, after pytest's own reordering: a file's tests keep their order among themselves
+        (which sets parametrized module fixtures up once per parameter)."""
+        weights: dict[str, int] = {}
+        for item in items:
+            weight = max((WEIGHTS[mark.name] for mark in item.iter_markers() if mark.name in WEIGHTS), default=1)
+            weights[item.location[0]] = weights.get(item.location[0], 0) + weight
+        first = {file: index for index, file in reversed(list(enumerate(item.location[0] for item in items)))}
+        items.sort(key=lambda item: (-weights[item.location[0]], first[item.location[0]]))
+
+
+def pytest_configure(config):
+    config.pluginmanager.register(HeaviestFirst(), "heaviest-first")
+    import tests.services  # noqa: F401  (names the run, CHAT_TEST_RUN, before pytest-xdist starts its workers)
+
+
+def pytest_sessionfinish(session):
+    """The run's migrated templates (tests/services.py) are removed by the process that started the run."""
+    if not hasattr(session.config, "workerinput"):
+        from tests.services import drop_templates
+
+        drop_templates()
+
+
 @pytest.fixture(scope="session")
-def django_db_modify_db_settings(tmp_path_factory):
-    """A file, not memory, for the SQLite test database: a server subprocess must share it."""
+def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix, tmp_path_factory):
+    """A file, not memory, for the SQLite test database: a server subprocess must share it.
+
+    One per xdist worker (each worker's tmp_path_factory is its own); another database
+    engine gets pytest-django's per-worker suffix (test_chat_gw0, ...).
+    """
     database = settings.DATABASES["default"]
     if database["ENGINE"].endswith("sqlite3"):
         database.setdefault("TEST", {})["NAME"] = str(tmp_path_factory.mktemp("db") / "test.sqlite3")
 
 
 @pytest.fixture(scope="session", autouse=True)
-def static_files():
-    """Hashed static files, as production serves them (DEBUG is off in tests too)."""
-    call_command("collectstatic", interactive=False, verbosity=0)
+def static_files(tmp_path_factory):
+    """Hashed static files, as production serves them (DEBUG is off in tests too).
+
+    Collected once a run: the xdist workers share STATIC_ROOT, and a collectstatic rewriting the
+    manifest while another worker's server reads it would leave that server without it.
+    """
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        call_command("collectstatic", interactive=False, verbosity=0)
+        return
+    run = tmp_path_factory.getbasetemp().parent  # shared by this run's workers
+    with open(run / "static-files.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (run / "static-files.done").exists():
+            call_command("collectstatic", interactive=False, verbosity=0)
+            (run / "static-files.done").touch()
 
 
 @pytest.fixture(autouse=True)
 def no_titles(settings):
-    """Model-written titles (chat/titles.py) are one more upstream request and usage row after a first
-    answer, which most tests do not expect: off, unless a test turns them on (tests/test_titles.py)."""
+    """Model-written titles (chat/actions/titles.py) are one more upstream request and usage row after a first
+    answer, which most tests do not expect: off, unless a test turns them on (tests/actions/test_titles.py)."""
     settings.CHAT_TITLES = False
 
 
@@ -141,7 +208,7 @@ class Socket:
 @pytest_asyncio.fixture
 async def connect():
     """connect(user, origin=...) -> (accepted, close code, Socket); cleans up generations after."""
-    from chat.routing import websocket_application
+    from chat.ws.routing import websocket_application
 
     opened: list[WebsocketCommunicator] = []
 

@@ -47,7 +47,7 @@ class LiveServer:
             "DJANGO_ALLOWED_HOSTS": "127.0.0.1,localhost",
             "DEMO_UPSTREAM": "0",
             # No model-written titles: one more upstream request and usage row after a first answer,
-            # which the tests do not expect (tests/test_titles.py turns them on in-process).
+            # which the tests do not expect (tests/actions/test_titles.py turns them on in-process).
             "CHAT_TITLES": "0",
             "PORT": str(self.port),
             "PYTHONUNBUFFERED": "1",
@@ -56,7 +56,7 @@ class LiveServer:
         self.log = tempfile.NamedTemporaryFile(prefix="daphne-", suffix=".log", delete=False)
         self.process: subprocess.Popen | None = None
 
-    def start(self, timeout: float = 30) -> str:
+    def start(self, timeout: float = 60) -> str:
         self.process = subprocess.Popen(
             [sys.executable, "-m", "chatsite.server", "--fd", str(self.sock.fileno()), "chatsite.asgi:application"],
             cwd=ROOT,
@@ -73,7 +73,7 @@ class LiveServer:
             raise RuntimeError(f"daphne did not answer ({exc!r}):\n{self.output()}") from None
         return self.url
 
-    def restart(self, timeout: float = 30) -> None:
+    def restart(self, timeout: float = 60) -> None:
         """Kill the server process and start a new one on the same socket (a crash and a restart)."""
         self.process.kill()
         self.process.wait()
@@ -102,7 +102,7 @@ class LiveServer:
         self.stop()
 
 
-def wait_until(predicate, timeout: float = 15) -> bool:
+def wait_until(predicate, timeout: float = 30) -> bool:
     """Poll `predicate` until true (False after `timeout`): for what the server writes as a stream
     unwinds, just after its client left, where no event tells the test it happened."""
     deadline = time.monotonic() + timeout

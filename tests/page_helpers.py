@@ -1,4 +1,4 @@
-"""Helpers for the real-browser tests of the chat page (tests/test_page.py)."""
+"""Helpers for the real-browser tests of the chat page (tests/page/test_page.py)."""
 
 from __future__ import annotations
 

@@ -10,6 +10,7 @@ import sys
 from dataclasses import dataclass
 
 from tests.live import ROOT
+from tests.services import migrated_sqlite
 
 SETUP = """
 import json, sys
@@ -53,6 +54,8 @@ class Site:
 def make_site(path: str, base_url: str, api_key: str, database_url: str = "") -> Site:
     """Migrate a new SQLite file at `path` (or `database_url`) and add carol, her session and token, the provider."""
     url = database_url or f"sqlite:///{path}"
+    if not database_url and not os.path.exists(path):
+        migrated_sqlite(path)  # the migrate below then has nothing left to do
     env = {**os.environ, "DATABASE_URL": url, "DJANGO_SETTINGS_MODULE": "chatsite.settings"}
     out = subprocess.run(
         [sys.executable, "-c", SETUP, base_url, api_key], cwd=ROOT, env=env, capture_output=True, text=True, check=True

@@ -1,0 +1,81 @@
+"""Joining and recovery in this process, read from Django's outbox: the admin's invites, the
+command's refusals, open sign-up and its domain list, a reset for an unknown address.
+
+(The browser flows and the SMTP path are in tests/auth/test_invites.py; a Playwright module
+leaves its event loop marked as running, so Django's test client cannot share it.)
+"""
+
+from __future__ import annotations
+
+import re
+from io import StringIO
+
+import pytest
+from django.contrib.auth.models import Group
+from django.core import mail
+from django.core.management import CommandError, call_command
+from django.test import Client
+
+from chat.models import Invite
+
+pytestmark = pytest.mark.django_db(transaction=True)
+LINK = re.compile(r"https?://\S+")
+
+
+def test_an_address_with_an_account_cannot_be_invited(alice):
+    alice.email = "alice@example.com"
+    alice.save()
+    with pytest.raises(CommandError, match="already has an account"):
+        invite_command_in_process("ALICE@example.com")
+
+
+def invite_command_in_process(*arguments: str) -> str:
+    out = StringIO()
+    call_command("invite", *arguments, stdout=out)
+    return out.getvalue()
+
+
+def test_the_admin_invites_by_e_mail(admin_user):
+    research = Group.objects.create(name="research")
+    staff = Client()
+    staff.force_login(admin_user)
+    added = staff.post("/admin/chat/invite/add/", {"email": "erin@example.com", "groups": [research.pk]}, follow=True)
+    assert added.status_code == 200
+    (sent,) = mail.outbox
+    link = LINK.search(sent.body).group(0)
+    assert sent.to == ["erin@example.com"] and link in added.content.decode()  # shown to staff once too
+    invite = Invite.objects.get(email="erin@example.com")
+    assert [g.name for g in invite.groups.all()] == ["research"] and invite.created_by == admin_user
+    # "Send a new link": the old one stops working.
+    staff.post("/admin/chat/invite/", {"action": "send_again", "_selected_action": [invite.pk]})
+    new_link = LINK.search(mail.outbox[1].body).group(0)
+    guest = Client()
+    assert guest.get(link).status_code == 410 and guest.get(new_link).status_code == 200
+
+
+# --- open sign-up ------------------------------------------------------------------------
+
+
+def test_sign_up_is_closed_by_default(client):
+    assert client.get("/accounts/signup/").status_code == 404
+    assert "Sign up" not in client.get("/accounts/login/").content.decode()
+
+
+def test_open_sign_up_limited_to_domains_e_mails_an_invite(client, settings, django_user_model):
+    settings.SIGNUP_OPEN = True
+    settings.SIGNUP_DOMAINS = ["example.com"]
+    assert "Sign up" in client.get("/accounts/login/").content.decode()
+    refused = client.post("/accounts/signup/", {"email": "mallory@elsewhere.org"})
+    assert "open to addresses at example.com only" in refused.content.decode() and not mail.outbox
+    assert client.post("/accounts/signup/", {"email": "fay@example.com"}).status_code == 200
+    client.post("/accounts/signup/", {"email": "fay@example.com"})  # asked twice: one e-mail
+    (sent,) = mail.outbox
+    link = LINK.search(sent.body).group(0)
+    joined = client.post(link, {"password1": "fay-picks-a-good-one", "password2": "fay-picks-a-good-one"})
+    assert joined.status_code == 302 and joined["Location"] == "/"
+    assert django_user_model.objects.get(email="fay@example.com").username == "fay@example.com"
+
+
+def test_a_reset_for_an_unknown_address_sends_nothing_and_says_the_same(client):
+    answered = client.post("/accounts/password/reset/", {"email": "nobody@example.com"}, follow=True)
+    assert "Check your e-mail" in answered.content.decode() and not mail.outbox

@@ -1,0 +1,130 @@
+"""Redis cut mid-stream under two processes (PostgreSQL and Redis each behind a proxy the tests cut).
+
+Tabs on a stream's own process go on through the cut; tabs on the other process get the rest
+after Redis's return, as it streams, not in one frame at the end; nothing is lost; a stop and a
+new message during the cut work; no reply is left streaming.
+"""
+
+import asyncio
+import contextlib
+
+import pytest
+
+from tests.cluster.test_scaleout import _cluster, row, sign_in, text
+from tests.live import Tab
+from tests.services import postgres_database, redis_prefix
+
+pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture(scope="module")
+def cluster(fake_server):
+    with postgres_database("chat_blips", migrated=True) as database_url, redis_prefix("chat_blips") as prefix:
+        yield from _cluster(fake_server, database_url, prefix)
+
+
+async def frames_for(tab: Tab, seconds: float) -> list[dict]:
+    """Every frame the tab gets in that many seconds (the length of the outage)."""
+    frames = []
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(seconds):
+            while True:
+                frames.append(await tab.frame(seconds + 5))
+    return frames
+
+
+def streamed(frames: list[dict]) -> str:
+    """The text a tab shows: a snapshot's (if it attached), then the deltas after it."""
+    snapshots = [i for i, f in enumerate(frames) if f["type"] == "snapshot"]
+    if not snapshots:
+        return text(frames)
+    first = snapshots[-1]
+    return frames[first]["content"] + text(frames[first + 1 :])
+
+
+@contextlib.asynccontextmanager
+async def redis_cut(server):
+    server.redis_proxy.cut()
+    try:
+        yield
+    finally:
+        server.redis_proxy.restore()
+
+
+@pytest.mark.parametrize(
+    "seconds", [5, pytest.param(60, marks=[pytest.mark.slow, pytest.mark.timeout(300)], id="60")], ids=str
+)
+async def test_a_redis_cut_mid_stream_freezes_no_tab_and_loses_nothing(cluster, seconds):
+    first, second = cluster
+    cookie = sign_in(first)
+    # 20 ms a chunk: it outlasts the cut by about 15 s.
+    prompt = f"[[delay:20]] [[chunks:{(seconds + 15) * 50}]]"
+    async with contextlib.AsyncExitStack() as stack:
+        one, two = [await stack.enter_async_context(Tab(server, cookie)) for server in (first, second)]
+        await one.send(type="send", conversation=None, content=prompt)
+        await two.send(type="send", conversation=None, content=prompt)
+        seen = {one: await one.until("delta"), two: await two.until("delta")}
+        # Each stream watched from the other process too: its frames cross Redis.
+        watch_one, watch_two = [await stack.enter_async_context(Tab(server, cookie)) for server in (second, first)]
+        for watcher, tab in ((watch_one, one), (watch_two, two)):
+            await watcher.send(type="attach", conversation=seen[tab][0]["conversation"])
+            seen[watcher] = await watcher.until("snapshot")
+        tabs = (one, two, watch_one, watch_two)
+        async with redis_cut(first):
+            during = await asyncio.gather(*(frames_for(tab, seconds) for tab in tabs))
+        for tab, frames in zip(tabs, during, strict=True):
+            seen[tab] += frames
+        # The tabs on each stream's own process went on during the cut.
+        assert text(during[0]) and text(during[1])
+        # After the return every tab gets deltas again as they stream: the stream has about 15 s left,
+        # and at least two deltas come before its `done` (not the rest in one frame at the end).
+        for tab in tabs:
+            after = await tab.until("delta", timeout=15)
+            after += await tab.until("delta", timeout=15)
+            assert all(f["type"] != "done" for f in after)
+            seen[tab] += after
+        for tab in tabs:
+            seen[tab] += await tab.until("done", timeout=60)
+    for tab, origin in ((one, one), (two, two), (watch_one, one), (watch_two, two)):
+        done = seen[tab][-1]
+        assert done["status"] == "complete" and done["message"] == seen[origin][-1]["message"]
+        assert row(first, done["message"]) == ("complete", streamed(seen[tab]))
+    for server in (first, second):
+        log = server.output()
+        assert "cannot send through Redis" in log or "cannot read from Redis" in log
+        assert "Traceback" not in log
+
+
+async def test_a_stop_during_a_redis_cut_ends_the_stream_from_either_process(cluster):
+    first, second = cluster
+    cookie = sign_in(first)
+    for stopper_on in (second, first):  # the other process (through the database), then the owner's own
+        async with Tab(first, cookie) as owner, Tab(stopper_on, cookie) as stopper:
+            await owner.send(type="send", conversation=None, content="[[delay:20]] [[chunks:3000]]")
+            started = (await owner.until("delta"))[0]
+            await stopper.send(type="attach", conversation=started["conversation"])
+            await stopper.until("snapshot")
+            async with redis_cut(first):
+                await stopper.send(type="stop", message=started["message"])
+                # Ended while Redis is still away: the owner's tab, on the stream's process, is told.
+                ended = await owner.until("done", timeout=30)
+            assert ended[-1]["status"] == "stopped"
+            # The stopping tab is not closed, and gets the `done` too.
+            assert (await stopper.until("done", timeout=30))[-1]["status"] == "stopped"
+            assert await stopper.still_open()
+        assert row(first, started["message"])[0] == "stopped"
+
+
+async def test_a_message_sent_during_a_redis_cut_streams_on_its_process_and_leaves_nothing_streaming(cluster):
+    first, second = cluster
+    cookie = sign_in(first)
+    async with redis_cut(first):
+        for server in (first, second):
+            async with Tab(server, cookie) as tab:
+                await tab.send(type="send", conversation=None, content="[[chunks:5]]")
+                frames = await tab.until("done", timeout=30)
+                assert frames[-1]["status"] == "complete"
+                assert row(first, frames[-1]["message"]) == ("complete", text(frames))
+                # The conversation is not blocked: a second message in it is answered too.
+                await tab.send(type="send", conversation=frames[-1]["conversation"], content="[[chunks:3]]")
+                assert (await tab.until("done", timeout=30))[-1]["status"] == "complete"

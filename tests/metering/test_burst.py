@@ -1,0 +1,92 @@
+"""Many starts at once (chat/metering/metered_streams.py): budgets hold, the summaries stay exact, on PostgreSQL too.
+
+Each start and each settle runs on a thread of its own with its own connection, all released
+together, as the database threads of several processes would run them.
+"""
+
+from __future__ import annotations
+
+import threading
+from decimal import Decimal
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.db import connection, connections
+
+from chat.metering import budgets, metered_streams, summary_triggers
+from chat.metering.budgets import Budget, Price
+from chat.models import ApiToken, Provider, Usage, UsageDay
+from tests.services import check_on_postgresql
+
+PROMPT, MAX = 10, 90  # a start reserves 100 tokens
+
+
+def together(calls: list) -> list:
+    """Run the calls at once, each on a thread with its own connection; their results or exceptions, in order."""
+    ready = threading.Barrier(len(calls))
+    found: list = [None] * len(calls)
+
+    def run(index: int) -> None:
+        try:
+            ready.wait()
+            found[index] = calls[index]()
+        except Exception as exc:  # handed back to the test, which says which it expected
+            found[index] = exc
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return found
+
+
+def check_a_burst() -> None:
+    provider = Provider.objects.create(name="p", base_url="http://127.0.0.1:9/v1", api_key="k")
+    Price.objects.create(provider=provider, model="m", prompt=Decimal("2"), completion=Decimal("8"))
+    people = [get_user_model().objects.create_user(f"person{n}") for n in range(4)]
+    tokens = {person.pk: ApiToken.issue(person, "t")[0] for person in people}
+    # The first person's budget holds five starts' reservations; the others have none.
+    Budget.objects.create(user=people[0], tokens=5 * (PROMPT + MAX))
+
+    def start(person, source):
+        token = tokens[person.pk] if source == Usage.Source.API else None
+        return metered_streams.start(person, source=source, provider=provider, model="m", prompt_tokens=PROMPT,
+                                     max_tokens=MAX, token=token, check_limits=False).pk  # fmt: skip
+
+    sources = (Usage.Source.API, Usage.Source.CHAT)
+    calls = [lambda p=person, s=sources[n % 2]: start(p, s) for person in people for n in range(10)]
+    started = together(calls)
+    refused = [found for found in started[:10] if isinstance(found, budgets.BudgetExceeded)]
+    assert len(refused) == 5, started[:10]  # the budget's five starts, not one more: no race past the lock
+    assert all(isinstance(found, int) for found in started[10:]), started[10:]
+    ids = [found for found in started if isinstance(found, int)]
+    assert summary_triggers.mismatches() == []
+
+    # Their ends at once, with what each stream used.
+    def settle(pk: int, n: int):
+        fields = {"status": "complete", "prompt_tokens": PROMPT, "completion_tokens": n, "total_tokens": PROMPT + n}
+        return metered_streams.settle(pk, fields)
+
+    ended = together([lambda pk=pk, n=n: settle(pk, n) for n, pk in enumerate(ids)])
+    assert all(isinstance(found, dict) for found in ended), ended
+    assert summary_triggers.mismatches() == []
+    days = UsageDay.objects.filter(model="m")
+    assert sum(days.values_list("requests", flat=True)) == len(ids) == 35
+    assert sum(days.values_list("completion_tokens", flat=True)) == sum(range(len(ids)))
+    assert days.values("shard").distinct().count() > 1  # the starts wrote rows of their own, not one shared row
+    spent = budgets.spent_by("user_id", people[0].pk, budgets.month_start(), budgets.timezone.now())
+    assert spent.tokens == 5 * PROMPT + sum(n for n, pk in enumerate(ids) if pk in set(ids[:5]))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_burst_of_starts_keeps_budgets_and_summaries_exact_on_sqlite():
+    assert connection.vendor == "sqlite"
+    check_a_burst()
+
+
+@pytest.mark.cluster
+def test_a_burst_of_starts_keeps_budgets_and_summaries_exact_on_postgresql():
+    check_on_postgresql("chat_burst", "tests.metering.test_burst", "check_a_burst")

@@ -1,0 +1,102 @@
+"""Every metered stream starts one way (chat/metering/metered_streams.py): a chat turn, a /v1 request, a title."""
+
+import asyncio
+
+import pytest
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from chat.actions import titles
+from chat.actions.turns import begin_turn
+from chat.metering import metered_streams
+from chat.models import ApiToken, Provider, Usage
+from chat.streaming.catalog import CatalogEntry
+from chat.views.openai_api import MeteredRequest
+from tests.services import check_on_postgresql
+
+STEPS = ("admit", "open_row")
+
+
+def start_each_way() -> dict[str, dict]:
+    """Start a chat turn, a /v1 request and a title for one person; for each (by usage source) the
+    steps of metered_streams it took, the SQL it ran and its usage row."""
+    user = get_user_model().objects.create_user("carol")
+    provider = Provider.objects.create(name="p", base_url="http://127.0.0.1:9/v1", api_key="k")
+    token, _ = ApiToken.issue(user, "tests")
+    entry = CatalogEntry(provider, "m")
+
+    def api() -> None:
+        async def received() -> MeteredRequest:  # made on a loop, as the view makes it
+            return MeteredRequest({"model": "m", "messages": [{"role": "user", "content": "hello there"}]})
+
+        request = asyncio.run(received())
+        request.token, request.entry = token, entry
+        request.begin()
+
+    ways = {
+        Usage.Source.CHAT: lambda: begin_turn(user, entry, {}, content="hello there"),
+        Usage.Source.API: api,
+        Usage.Source.TITLE: lambda: titles.begin(user, provider, "m", 40, None),
+    }
+    taken: list[tuple] = []
+    originals = {name: getattr(metered_streams, name) for name in STEPS}
+
+    def spy(name: str):
+        def step(*args, **kwargs):
+            limited = (kwargs.get("check_limits", True),) if name == "admit" else ()
+            taken.append((name, kwargs["source"], *limited))
+            return originals[name](*args, **kwargs)
+
+        return step
+
+    found = {}
+    try:
+        for name in STEPS:
+            setattr(metered_streams, name, spy(name))
+        for source, way in ways.items():
+            taken.clear()
+            with CaptureQueriesContext(connection) as queries:
+                way()
+            row = Usage.objects.filter(source=source).values("status", "prompt_tokens", "reserved_tokens").get()
+            found[source] = {"steps": list(taken), "sql": [q["sql"] for q in queries.captured_queries], "row": row}
+    finally:
+        for name, original in originals.items():
+            setattr(metered_streams, name, original)
+    return found
+
+
+def check_starts() -> None:
+    """The three ways take the same steps; on PostgreSQL each locks the person's row FOR NO KEY UPDATE, once."""
+    found = start_each_way()
+    users = get_user_model()._meta.db_table
+    completions = {Usage.Source.CHAT: settings.UPSTREAM_MAX_TOKENS, Usage.Source.API: settings.UPSTREAM_MAX_TOKENS,
+                   Usage.Source.TITLE: titles.MAX_TOKENS}  # fmt: skip
+    for source, start in found.items():
+        limited = source != Usage.Source.TITLE  # a title skips the limits, and only them
+        assert start["steps"] == [("admit", source, limited), ("open_row", source)], (source, start["steps"])
+        row = start["row"]
+        assert row["status"] == "streaming" and row["prompt_tokens"] > 0, (source, row)
+        assert row["reserved_tokens"] == row["prompt_tokens"] + completions[source], (source, row)
+        sql = start["sql"]
+        counted = [i for i, statement in enumerate(sql) if "COUNT(CASE WHEN source" in statement]
+        assert len(counted) == (1 if limited else 0), (source, sql)
+        locks = [i for i, statement in enumerate(sql) if " FOR " in statement and "UPDATE" in statement]
+        if connection.vendor != "postgresql":
+            assert not locks, (source, sql)  # SQLite's IMMEDIATE transactions serialise the writers
+            continue
+        assert len(locks) == 1 and sql[locks[0]].endswith("FOR NO KEY UPDATE"), (source, sql)
+        assert f'"{users}"' in sql[locks[0]], (source, sql)
+        inserted = [i for i, statement in enumerate(sql) if statement.startswith('INSERT INTO "chat_usage"')]
+        assert len(inserted) == 1 and locks[0] < inserted[0], (source, sql)
+        assert all(locks[0] < i for i in counted), (source, sql)  # the limits read after the lock is had
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_chat_turn_an_api_request_and_a_title_start_the_same_way():
+    check_starts()
+
+
+def test_on_postgresql_every_start_locks_the_person_for_no_key_update():
+    check_on_postgresql("chat_starts", "tests.metering.test_metered_streams", "check_starts")

@@ -1,0 +1,74 @@
+"""The page on a phone in a real Chromium (touch, 390×844 and 360 px wide): one menu per sidebar row with
+rename and delete inside it (no trash can under every thumb), titles cut with an ellipsis, and a header
+whose controls fit 360 px without squeezing the title.
+"""
+
+from __future__ import annotations
+
+import pytest
+from playwright.sync_api import expect
+
+from chat.models import Conversation
+from tests.page_helpers import conversation_for, open_chat, screenshot
+
+expect.set_options(timeout=15_000)
+
+PHONE = {"viewport": {"width": 390, "height": 844}, "is_mobile": True, "has_touch": True, "device_scale_factor": 2}
+LONG = "Quarterly planning for the infrastructure migration and the on-call rota"
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_phone_rows_have_one_menu_with_rename_and_delete_and_titles_end_in_an_ellipsis(
+    new_page, alice, providers, scheme
+):
+    short = conversation_for(alice, "Lunch", "hi", "ho")
+    conversation_for(alice, LONG, "hi", "ho")
+    page = new_page(alice, color_scheme=scheme, **PHONE)
+    open_chat(page)
+    page.get_by_role("button", name="Menu").tap()
+    rows = page.locator("#conversation-list li")
+    expect(rows).to_have_count(2)
+    long_row = rows.filter(has_text=LONG)
+    # One button per row: the menu. Rename and delete are not on the row.
+    for row in (long_row, rows.filter(has_text="Lunch")):
+        buttons = row.get_by_role("button")
+        expect(buttons).to_have_count(1)
+        expect(buttons).to_have_accessible_name(
+            f"More actions for “{LONG if row is long_row else 'Lunch'}”", ignore_case=False
+        )
+    title = long_row.locator(".conversation-title")
+    cut = title.evaluate("el => [el.scrollWidth > el.clientWidth, getComputedStyle(el).textOverflow, el.clientWidth]")
+    assert cut[0] and cut[1] == "ellipsis", cut
+    # The title has most of the row: the one button takes at most 25 % of it.
+    row_width = long_row.bounding_box()["width"]
+    assert cut[2] > 0.6 * row_width, (cut, row_width)
+    screenshot(page, f"phone-sidebar-{scheme}")
+    # The menu has rename and delete; delete still asks first.
+    lunch = rows.filter(has_text="Lunch")
+    lunch.get_by_role("button", name="More actions for “Lunch”").tap()
+    menu = page.get_by_role("menu")
+    expect(menu.get_by_role("menuitem")).to_have_text(["Pin", "Archive", "Move to folder…", "Rename", "Delete"])
+    menu.get_by_role("menuitem", name="Delete").tap()
+    page.get_by_role("dialog", name="Delete conversation?").get_by_role("button", name="Delete").tap()
+    expect(rows).to_have_count(1)
+    assert not Conversation.objects.filter(pk=short.pk).exists()
+
+
+def test_the_header_fits_360_px_with_the_title_whole(new_page, alice, providers):
+    page = new_page(alice, viewport={"width": 360, "height": 780}, is_mobile=True, has_touch=True)
+    open_chat(page)
+    title = page.locator("#chat-title")
+    expect(title).to_have_text("New chat")
+    assert title.evaluate("el => el.scrollWidth <= el.clientWidth"), "the title is cut"
+    boxes = page.evaluate(
+        """() => [...document.querySelectorAll('.topbar > *')].filter((el) => el.offsetParent !== null)
+            .map((el) => { const r = el.getBoundingClientRect(); return [el.id || el.className, r.left, r.right]; })"""
+    )
+    assert len(boxes) >= 4, boxes
+    for name, left, right in boxes:
+        assert left >= 4 and right <= 356, (name, left, right)  # inside the header's padding
+    assert page.evaluate("() => document.documentElement.scrollWidth") <= 360
+    # The model picker is wide enough to read the model's name.
+    picker = page.get_by_label("Model").bounding_box()
+    assert picker["width"] >= 200, picker
+    screenshot(page, "phone-header-360")

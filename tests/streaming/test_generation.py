@@ -1,0 +1,240 @@
+"""Generation failure paths: database errors while saving, a locked SQLite, streams of dead processes."""
+
+import asyncio
+import sqlite3
+import threading
+import time
+from datetime import timedelta
+
+import aiohttp
+import orjson
+import pytest
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.db import OperationalError, connection
+from django.utils import timezone
+
+from chat.actions.orphans import recover_orphans
+from chat.models import INTERRUPTED_ERROR, Conversation, Message, Usage, Worker
+from chat.streaming import generation
+from tests.conftest import MODELS, session_cookie
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+I14 = MODELS["i14"]
+
+
+def text(frames) -> str:
+    return "".join(f.get("content", "") for f in frames if f["type"] == "delta")
+
+
+def failing(original, times: int, calls: list):
+    """`original`, except that its first `times` calls raise a database error."""
+
+    def wrapper(self, *args):
+        calls.append(time.monotonic())
+        if len(calls) <= times:
+            raise OperationalError("database is locked")
+        return original(self, *args)
+
+    return wrapper
+
+
+async def test_a_final_save_that_fails_twice_is_retried_and_done_follows_it(
+    connect, alice, providers, monkeypatch, caplog
+):
+    calls: list[float] = []
+    monkeypatch.setattr(generation.Generation, "_save_final", failing(generation.Generation._save_final, 2, calls))
+    _, _, ws = await connect(alice)
+    await ws.send(type="send", conversation=None, content="[[chunks:20]]", model=I14)
+    frames = await ws.until("done")
+    # `done` left only after the row was stored: it is final when the socket hears of it.
+    reply = await Message.objects.aget(pk=frames[-1]["message"])
+    assert frames[-1]["status"] == "complete" and len(calls) == 3
+    assert (reply.status, reply.content) == ("complete", text(frames))
+    usage = await Usage.objects.aget(message=reply)
+    assert usage.status == "complete" and usage.ended is not None
+    assert "final save failed (attempt 1" in caplog.text and "final save landed after 3 attempts" in caplog.text
+
+
+async def test_a_final_save_that_never_lands_is_not_reported_complete(connect, alice, providers, monkeypatch, caplog):
+    monkeypatch.setattr(settings, "CHAT_FINAL_SAVE_SECONDS", 1.0)
+    calls: list[float] = []
+    monkeypatch.setattr(generation.Generation, "_save_final", failing(generation.Generation._save_final, 100, calls))
+    _, _, ws = await connect(alice)
+    await ws.send(type="send", conversation=None, content="[[chunks:5]]", model=I14)
+    done = (await ws.until("done"))[-1]
+    assert done["status"] == "interrupted" and done["error"] == generation.UNSAVED_ERROR
+    assert len(calls) >= 2 and "giving up" in caplog.text
+
+
+async def test_the_partial_save_loop_survives_database_errors(connect, alice, providers, monkeypatch, caplog):
+    calls: list[float] = []
+    monkeypatch.setattr(settings, "CHAT_SAVE_INTERVAL", 0.2)
+    monkeypatch.setattr(generation.Generation, "_save_partial", failing(generation.Generation._save_partial, 3, calls))
+    _, _, ws = await connect(alice)
+    # 10 s of streaming: the three failed saves and their backoff (0.4 + 0.8 + 1.6 s) end well before it does.
+    await ws.send(type="send", conversation=None, content="[[delay:20]] [[chunks:500]]", model=I14)
+    frames = await ws.until("delta")
+    message_id = frames[0]["message"]
+    while len(calls) < 5:  # three failures, then saves again
+        frames += await ws.until("delta")
+    frames += await ws.until("delta")
+    saved = await Message.objects.aget(pk=message_id)
+    assert saved.status == "streaming" and saved.content and text(frames).startswith(saved.content)
+    frames += await ws.until("done")
+    assert frames[-1]["status"] == "complete"
+    assert caplog.text.count("cannot save the partial answer") == 1  # once per streak, not per attempt
+    assert "partial answer saved again after 3 failure(s)" in caplog.text
+
+
+# --- streams whose process is gone ---------------------------------------------
+
+
+def dead_worker() -> Worker:
+    long_ago = timezone.now() - timedelta(minutes=5)
+    return Worker.objects.create(host="gone", pid=1, channel="specific.gone!x", heartbeat=long_ago)
+
+
+async def streaming_reply(alice, worker: Worker | None, content: str = "saved so far") -> Message:
+    conversation = await Conversation.objects.acreate(owner=alice, title="t")
+    reply = await Message.objects.acreate(
+        conversation=conversation, role="assistant", status="streaming", content=content, model=I14, worker=worker
+    )
+    await Usage.objects.acreate(
+        user=alice, message=reply, model=I14, status="streaming", prompt_tokens=7, worker=worker
+    )
+    return reply
+
+
+async def test_attach_to_a_stream_whose_process_is_gone_answers_from_the_database_at_once(connect, alice, providers):
+    reply = await streaming_reply(alice, await sync_to_async(dead_worker)())
+    _, _, ws = await connect(alice)
+    await ws.send(type="attach", conversation=reply.conversation_id)
+    attached, snapshot, done = await ws.receive(1), await ws.receive(1), await ws.receive(1)
+    assert attached["message"] == reply.pk
+    assert snapshot["type"] == "snapshot" and snapshot["content"] == "saved so far" and snapshot["seq"] is None
+    assert done["type"] == "done" and done["status"] == "interrupted" and done["usage"]["estimated"]
+    assert (await Message.objects.aget(pk=reply.pk)).status == "interrupted"
+    # and the conversation takes a new message at once instead of answering `busy`
+    await ws.send(type="send", conversation=reply.conversation_id, content="[[chunks:3]]", model=I14)
+    assert (await ws.until("done"))[-1]["status"] == "complete"
+
+
+async def test_stop_of_a_stream_whose_process_is_gone_ends_it(connect, alice, providers):
+    reply = await streaming_reply(alice, await sync_to_async(dead_worker)())
+    _, _, ws = await connect(alice)
+    await ws.send(type="attach", conversation=reply.conversation_id)
+    await ws.until("done")
+    second = await streaming_reply(alice, await sync_to_async(dead_worker)())
+    _, _, other = await connect(alice)
+    await other.send(type="stop", message=second.pk)
+    assert await other.nothing_more()  # not watching that conversation: nothing to say, no error
+    assert (await Message.objects.aget(pk=second.pk)).status == "interrupted"
+
+
+def test_the_sweep_ends_only_streams_of_dead_processes(alice, transactional_db, monkeypatch):
+    monkeypatch.setattr("chat.models.workers._current_worker", None)  # this test process serves nothing
+    alive = Worker.objects.create(host="here", pid=2, channel="specific.here!x")
+    dead = dead_worker()
+    conversation = Conversation.objects.create(owner=alice)
+
+    def reply(worker):
+        message = Message.objects.create(
+            conversation=conversation, role="assistant", status="streaming", content="abc", worker=worker
+        )
+        Usage.objects.create(user=alice, message=message, model=I14, status="streaming", worker=worker)
+        return message
+
+    live_reply, dead_reply, unowned = reply(alive), reply(dead), reply(None)
+    api_live = Usage.objects.create(user=alice, model=I14, status="streaming", source="api", worker=alive)
+    api_dead = Usage.objects.create(user=alice, model=I14, status="streaming", source="api", worker=dead)
+
+    recovered = recover_orphans(timedelta(seconds=6))
+
+    assert [m.pk for m in recovered] == [dead_reply.pk]
+    statuses = dict(Message.objects.values_list("pk", "status"))
+    assert statuses == {live_reply.pk: "streaming", dead_reply.pk: "interrupted", unowned.pk: "streaming"}
+    usage = {u.pk: u for u in Usage.objects.all()}
+    assert usage[api_live.pk].status == "streaming"
+    assert usage[api_dead.pk].status == "interrupted" and usage[api_dead.pk].error == INTERRUPTED_ERROR
+    assert usage[api_dead.pk].ended is not None
+    dead_usage = Usage.objects.get(message=dead_reply)
+    assert dead_usage.status == "interrupted" and dead_usage.estimated and dead_usage.completion_tokens > 0
+    # A lone process at start-up takes every stream not its own, with or without a worker.
+    assert {m.pk for m in recover_orphans(None)} == {live_reply.pk, unowned.pk}
+
+
+# --- a locked SQLite database under the real server ----------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+async def test_a_30_second_write_lock_loses_nothing(server, alice, providers):
+    """Another writer holds SQLite's write lock for 30 s while streams run: every answer is stored whole."""
+    if not connection.vendor == "sqlite":
+        pytest.fail("this test is about SQLite's write lock")
+    cookie = await sync_to_async(session_cookie)(alice)
+    headers = {"Origin": server.url, "Cookie": f"{settings.SESSION_COOKIE_NAME}={cookie}"}
+    locked, release = threading.Event(), threading.Event()
+    released_at: list[float] = []
+
+    def hold_the_lock() -> None:
+        db = sqlite3.connect(connection.settings_dict["NAME"], timeout=30, isolation_level=None)
+        db.execute("BEGIN IMMEDIATE")
+        locked.set()
+        release.wait(60)
+        released_at.append(time.monotonic())
+        db.execute("COMMIT")
+        db.close()
+
+    url = server.url.replace("http", "ws") + "/ws/chat/"
+    short, long = "[[delay:50]] [[chunks:160]]", "[[delay:50]] [[chunks:1000]]"  # ~8 s and ~50 s
+    async with aiohttp.ClientSession() as session:
+        sockets = [await session.ws_connect(url, headers=headers) for _ in range(4)]
+        frames: list[list[dict]] = [[] for _ in sockets]
+        streaming = [asyncio.Event() for _ in sockets]
+
+        async def read(index: int, ws) -> None:
+            while not frames[index] or frames[index][-1]["type"] != "done":
+                received = await ws.receive(timeout=60)
+                assert received.type == aiohttp.WSMsgType.TEXT, received
+                frame = orjson.loads(received.data)
+                frame["at"] = time.monotonic()
+                frames[index].append(frame)
+                if frame["type"] == "delta":
+                    streaming[index].set()
+
+        # Two streams end inside the lock, two go on well after it.
+        for ws, content in zip(sockets, [short, short, long, long], strict=True):
+            await ws.send_str(orjson.dumps({"type": "send", "conversation": None, "content": content}).decode())
+        readers = [asyncio.create_task(read(i, ws)) for i, ws in enumerate(sockets)]
+        for event in streaming:
+            await asyncio.wait_for(event.wait(), 20)
+        holder = threading.Thread(target=hold_the_lock)
+        holder.start()
+        await asyncio.to_thread(locked.wait, 10)
+        await asyncio.sleep(30)  # the length of the outage itself, not a synchronisation
+        release.set()
+        await asyncio.to_thread(holder.join, 10)
+        for stream in frames[2:]:
+            # Saved again once the lock is gone, while still streaming (~15 s of it left): the row
+            # catches up with what the socket had heard by the release. No event says so: polled.
+            heard = text(f for f in stream if f["at"] < released_at[0])
+            for _ in range(300):
+                reply = await Message.objects.aget(pk=stream[0]["message"])
+                if reply.content.startswith(heard):
+                    break
+                await asyncio.sleep(0.1)
+            assert reply.status == "streaming" and reply.content.startswith(heard)
+            assert text(stream).startswith(reply.content)
+        await asyncio.gather(*readers)
+        for ws in sockets:
+            await ws.close()
+
+    for stream in frames:
+        done = stream[-1]
+        assert done["status"] == "complete" and done["at"] >= released_at[0]  # told only once stored
+        reply = await Message.objects.aget(pk=done["message"])
+        assert (reply.status, reply.content) == ("complete", text(stream))
+    assert "Traceback" not in server.output()

@@ -1,0 +1,82 @@
+"""MCP servers in the admin: write-only secrets, a connection test, their tools listed and set; the calls audited."""
+
+from __future__ import annotations
+
+import pytest
+
+from chat.models import Conversation, McpServer, McpTool, Message, ToolCall
+from tests.fakeserver import FakeServer
+from tests.mcp_servers.server import guarded
+from tests.mcp_servers.server import server as mcp_server
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+SECRET = "mcp-bearer-very-secret-77"
+NO_TOOLS = {"tool_settings-TOTAL_FORMS": "0", "tool_settings-INITIAL_FORMS": "0"}
+
+
+@pytest.fixture
+def staff_client(client, django_user_model):
+    client.force_login(django_user_model.objects.create_superuser("root", password="root-pw-123456"))
+    return client
+
+
+@pytest.fixture(scope="module")
+def guarded_mcp():
+    """The test server behind a bearer secret."""
+    with FakeServer(guarded(mcp_server.streamable_http_app(), SECRET), lifespan="on") as served:
+        yield served.url + "/mcp"
+
+
+def test_a_server_saved_with_its_secret_lists_its_tools_and_never_shows_the_secret(staff_client, guarded_mcp, team):
+    data = {"name": "guarded", "url": guarded_mcp, "bearer": "wrong", "new_headers": '{"X-Team": "header-secret-9"}',
+            "groups": [team.pk], "enabled": "on", **NO_TOOLS}  # fmt: skip
+    response = staff_client.post("/admin/chat/mcpserver/add/", data, follow=True)
+    said = " ".join(str(m) for m in response.context["messages"])
+    server = McpServer.objects.get(name="guarded")
+    assert server.health == "down" and "is down" in said and "wrong" not in server.last_error
+    assert server.headers == {"X-Team": "header-secret-9"} and list(server.groups.all()) == [team]
+
+    # The right secret: up, tools listed, one settings row per tool. Empty fields keep the secrets.
+    edit = {**data, "bearer": SECRET, "new_headers": ""}
+    response = staff_client.post(f"/admin/chat/mcpserver/{server.pk}/change/", edit, follow=True)
+    server.refresh_from_db()
+    assert server.health == "up" and server.bearer == SECRET and server.headers == {"X-Team": "header-secret-9"}
+    assert {t["name"] for t in server.tools} >= {"echo", "hang", "hostile"}
+    assert set(McpTool.objects.filter(server=server).values_list("name", flat=True)) == {
+        t["name"] for t in server.tools
+    }
+
+    for url in ("/admin/chat/mcpserver/", f"/admin/chat/mcpserver/{server.pk}/change/"):
+        page = staff_client.get(url).content.decode()
+        assert SECRET not in page and "header-secret-9" not in page
+    assert "X-Team" in staff_client.get(f"/admin/chat/mcpserver/{server.pk}/change/").content.decode()
+
+    action = {"action": "test_connection", "_selected_action": [server.pk]}
+    response = staff_client.post("/admin/chat/mcpserver/", action, follow=True)
+    said = [str(m) for m in response.context["messages"]]
+    assert any(text.startswith("guarded is up: echo, add") for text in said), said
+
+
+def test_a_link_local_url_is_refused(staff_client):
+    data = {"name": "meta", "url": "http://169.254.169.254/mcp", "enabled": "on", **NO_TOOLS}
+    response = staff_client.post("/admin/chat/mcpserver/add/", data)
+    assert response.status_code == 200 and not McpServer.objects.exists()
+    assert "link-local" in response.content.decode()
+
+
+def test_staff_see_the_calls_in_the_conversation_review(staff_client, django_user_model):
+    alice = django_user_model.objects.create_user("alice")
+    conversation = Conversation.objects.create(owner=alice, title="tools")
+    call = {"id": "c1", "name": "tests__echo", "server": "tests", "tool": "echo", "arguments": "{}", "status": "ok",
+            "result": "<script>bad()</script>"}  # fmt: skip
+    rounds = [{"at": 0, "calls": [call]}]
+    message = Message.objects.create(conversation=conversation, role="assistant", content="x", tool_rounds=rounds)
+    ToolCall.objects.create(user=alice, conversation=conversation, message=message, server="tests", tool="echo",
+                            arguments={"text": "hi"}, status="ok", result_bytes=8, duration_ms=12)  # fmt: skip
+    page = staff_client.get(f"/admin/chat/conversation/{conversation.pk}/change/").content.decode()
+    assert "tests.echo (ok)" in page and "column-result_bytes" in page
+    assert "Tool call · echo · tests · ok" in page  # in the review, drawn as the chat shows the answer
+    assert "<script>bad()" not in page and "&lt;script&gt;bad()" in page
+    listing = staff_client.get("/admin/chat/toolcall/").content.decode()
+    assert "echo" in listing and "tests" in listing

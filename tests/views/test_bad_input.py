@@ -1,0 +1,83 @@
+"""Hostile input is a 400 with a sentence, never a 500: JSON nested past any use, digits int() cannot read.
+
+Issue 35."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from chat.lib.json_depth import MAX_STORED_DEPTH, deeper_than
+from chat.lib.model_params import ParamError, check_request
+from chat.models import Conversation
+from chat.streaming.relay import RequestError, parse_request
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def nested(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+def export_with_tool_calls(tool_calls: str) -> bytes:
+    head = '{"title": "t", "messages": [{"id": 1, "parent": null, "role": "assistant", "content": "x", "tool_calls": '
+    return (head + tool_calls + "}]}").encode()
+
+
+def test_depth_is_measured_without_recursion():
+    assert not deeper_than(1, 0) and not deeper_than([], 1) and deeper_than([[]], 1)
+    assert not deeper_than({"a": [1, {"b": 2}]}, 3) and deeper_than({"a": [1, {"b": {}}]}, 3)
+    value: list = []
+    for _ in range(100_000):
+        value = [value]
+    assert deeper_than(value, 1000)
+
+
+@pytest.mark.parametrize("depth", [100_000, 500])
+def test_an_import_nested_deeper_than_an_export_is_refused(client, alice, depth):
+    client.force_login(alice)
+    body = export_with_tool_calls("[" + nested(depth) + "]")
+    response = client.post("/api/import", body, content_type="application/json")
+    assert response.status_code == 400
+    assert response.json()["error"] == {
+        "code": "bad_import",
+        "detail": f"The file nests lists or objects more than {MAX_STORED_DEPTH} levels deep: "
+        "it is not an export of this chat.",
+    }
+    assert not Conversation.objects.exists()
+    fine = client.post("/api/import", export_with_tool_calls("[]"), content_type="application/json")
+    assert fine.status_code == 201
+
+
+def test_a_json_body_nested_past_the_parser_is_a_400(client, alice):
+    client.force_login(alice)
+    conversation = Conversation.objects.create(owner=alice, title="t")
+    response = client.patch(f"/api/conversations/{conversation.pk}", nested(100_000), content_type="application/json")
+    assert response.status_code == 400
+    assert response.json()["error"] == {"code": "bad_json", "detail": "The body nests more than 32 levels deep."}
+
+
+@pytest.mark.parametrize("path", ["/usage/", "/usage/csv"])
+@pytest.mark.parametrize("value", ["²", "١٢", "9" * 40])
+def test_a_usage_filter_that_is_no_ascii_number_is_a_400(client, admin_user, path, value):
+    client.force_login(admin_user)
+    response = client.get(path, {"user": value})
+    assert response.status_code == 400
+    assert "The user filter must be an id number." in response.content.decode()
+
+
+def test_v1_schemas_nested_past_what_can_be_forwarded_are_refused():
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    schema: dict = {"type": "object"}
+    for _ in range(300):
+        schema = {"type": "object", "properties": {"a": schema}}
+    tool = {"type": "function", "function": {"name": "f", "parameters": schema}}
+    with pytest.raises(ParamError, match="`tools` nests more than 128 levels deep"):
+        check_request({**body, "tools": [tool]}, max_tokens=100, max_n=1)
+    response_format = {"type": "json_schema", "json_schema": {"name": "s", "schema": schema}}
+    with pytest.raises(RequestError) as refused:
+        parse_request(json.dumps({**body, "response_format": response_format}).encode(), max_tokens=100)
+    assert refused.value.status == 400 and refused.value.param == "response_format"
+    shallow = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+    assert check_request({**body, "tools": [shallow]}, max_tokens=100, max_n=1)["tools"] == [shallow]
