@@ -1,4 +1,4 @@
-"""How long reading an attachment takes (chat/extract.py), in the time- and memory-limited child process.
+"""How long reading an attachment takes (chat/lib/attachment_content.py), in the time- and memory-limited child process.
 
 For each kind of file it prints the median of --runs readings through `inspect_limited`
 (fork from the forkserver, send the bytes, read, send the result back) and, beside it,
@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from chat import extract
+from chat.lib import attachment_content
 from tests import files
 
 
@@ -60,12 +60,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args()
-    extract.inspect_limited(files.pdf("warm up"), timeout=60)  # the forkserver starts once per process
+    attachment_content.inspect_limited(files.pdf("warm up"), timeout=60)  # the forkserver starts once per process
     print(f"{'file':32} {'bytes':>11} {'child ms':>9} {'in-process ms':>14}  result")
     for name, data in samples().items():
-        child = median_ms(lambda d: extract.inspect_limited(d, timeout=60), data, args.runs)
-        local = median_ms(extract.inspect, data, args.runs)
-        read = extract.inspect(data)
+        child = median_ms(lambda d: attachment_content.inspect_limited(d, timeout=60), data, args.runs)
+        local = median_ms(attachment_content.inspect, data, args.runs)
+        read = attachment_content.inspect(data)
         result = f"{read.width}×{read.height} {read.content_type}" if read.kind == "image" else f"{read.tokens} tokens"
         print(f"{name:32} {len(data):>11,} {child:>9.0f} {local:>14.0f}  {result}")
 

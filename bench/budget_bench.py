@@ -81,7 +81,7 @@ def time_reserve(repeat: int) -> dict[str, float]:
     from django.contrib.auth.models import User
     from django.db import transaction
 
-    from chat import budgets
+    from chat.metering import budgets
 
     users = {name: User.objects.get(username=name) for name in ("budgeted", "free")}
     times: dict[str, list[float]] = {name: [] for name in users}
@@ -174,7 +174,7 @@ def main() -> None:
     django.setup()
     people = seed(args.rows, args.kinds)
     fake = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "chat.fakeupstream:app", "--port", str(fake_port), "--log-level", "warning"],
+        [sys.executable, "-m", "uvicorn", "fakeupstream.app:app", "--port", str(fake_port), "--log-level", "warning"],
         cwd=ROOT, env=env,
     )  # fmt: skip
     server = subprocess.Popen(

@@ -1,7 +1,8 @@
 """Our server against the floor (straight to the upstream) and LiteLLM's proxy, measured interleaved in one run.
 
-Starts the fake upstream (chat/fakeupstream.py, uvicorn), our server (chatsite.server, a fresh
-SQLite database in a temporary folder, or --database-url) and, when `make bench-deps` has
+Starts the fake upstream (fakeupstream/app.py, uvicorn), our server (chatsite.server, a fresh
+SQLite database in a temporary folder; with --database-url a second one on that PostgreSQL database, `ours-pg`,
+measured beside it in the same run) and, when `make bench-deps` has
 installed bench/requirements.lock into bench/.venv, LiteLLM's proxy (one worker, the same
 upstream). Each concurrency level runs every system in turn, so a load spike from other work
 on the machine falls on all of them alike. Per system and path it measures:
@@ -56,7 +57,7 @@ RESULTS = ROOT / "bench" / "results"
 BENCH_VENV = ROOT / "bench" / ".venv"
 
 
-def wait_http(url: str, process: subprocess.Popen, timeout: float = 30) -> None:
+def wait_http(url: str, process: subprocess.Popen, timeout: float = 120) -> None:
     import httpx
 
     deadline = time.monotonic() + timeout
@@ -87,10 +88,12 @@ class Stack:
     """The fake upstream, our server and (if installed) LiteLLM's proxy, each in its own process."""
 
     def __init__(
-        self, database_url: str | None, litellm: bool, servers: int = 1, env: dict | None = None, users: int = 1
-    ) -> None:
+        self, database_url: str | None, litellm: bool, servers: int = 1, env: dict | None = None, users: int = 1,
+        upstreams: int = 1,
+    ) -> None:  # fmt: skip
         self.processes: list[subprocess.Popen] = []
         self.users = users
+        self.upstreams = upstreams  # the fake upstream's processes (uvicorn's workers, on one port)
         try:
             self.start(database_url, litellm, servers, env or {})
         except BaseException:
@@ -104,7 +107,7 @@ class Stack:
         self.env = server_env(
             database_url or f"sqlite:///{self.folder.name}/bench.sqlite3",
             fake_port,
-            # A new conversation's first answer is followed by a title request (chat/titles.py): one
+            # A new conversation's first answer is followed by a title request (chat/actions/titles.py): one
             # more upstream request per websocket stream, which LiteLLM and /v1 do not make. Off, so
             # the paths compare like for like; README says what a title costs.
             CHAT_TITLES="0",
@@ -119,8 +122,8 @@ class Stack:
         )
         self.upstream = self.env["UPSTREAM_BASE_URL"]  # LiteLLM's and the direct path's upstream too
         self.fake = self.spawn(
-            [sys.executable, "-m", "uvicorn", "chat.fakeupstream:app", "--port", str(fake_port), "--log-level",
-             "warning", "--no-access-log"],
+            [sys.executable, "-m", "uvicorn", "fakeupstream.app:app", "--port", str(fake_port), "--log-level",
+             "warning", "--no-access-log", *(["--workers", str(self.upstreams)] if self.upstreams > 1 else [])],
         )  # fmt: skip
         manage = [sys.executable, "manage.py"]
         subprocess.run([*manage, "migrate", "-v0"], cwd=ROOT, env=self.env, check=True)
@@ -261,6 +264,8 @@ async def websocket_stream(session, stack: Stack, prompt: str, chunks: int, run:
             stack.url.replace("http", "ws") + "/ws/chat/", headers=socket_headers(stack)
         ) as ws:
             await websocket_answer(ws, prompt, chunks, run)
+    except aiohttp.WSServerHandshakeError as exc:
+        run.fail(f"handshake refused: {exc.status} {exc.message}")
     except (TimeoutError, aiohttp.ClientError) as exc:
         run.fail(repr(exc))
 
@@ -292,8 +297,11 @@ async def websocket_answer(ws, prompt: str, chunks: int, run: Run) -> None:
     run.lost += max(0, chunks - got)
 
 
-def systems(stack: Stack) -> dict[str, tuple]:
-    """name -> (pid whose CPU and RSS count, how to run one stream)."""
+def systems(stack: Stack, beside: Stack | None = None) -> dict[str, tuple]:
+    """name -> (pid whose CPU and RSS count, how to run one stream).
+
+    `beside`: a second server of ours on PostgreSQL (--database-url), measured as `ours-pg` next to SQLite's.
+    """
     auth = {"Authorization": f"Bearer {stack.token}"}
     found = {
         "direct": (
@@ -303,6 +311,13 @@ def systems(stack: Stack) -> dict[str, tuple]:
         "ours /v1": (stack.server.pid, lambda s, p, c, r: openai_stream(s, stack.url + "/v1", auth, p, c, r)),
         "ours websocket": (stack.server.pid, lambda s, p, c, r: websocket_stream(s, stack, p, c, r)),
     }
+    if beside is not None:
+        pg_auth = {"Authorization": f"Bearer {beside.token}"}
+        found["ours-pg /v1"] = (
+            beside.server.pid,
+            lambda s, p, c, r: openai_stream(s, beside.url + "/v1", pg_auth, p, c, r),
+        )
+        found["ours-pg websocket"] = (beside.server.pid, lambda s, p, c, r: websocket_stream(s, beside, p, c, r))
     if stack.litellm is not None:
         lite = {"Authorization": f"Bearer {stack.litellm_key}"}
         found["LiteLLM /v1"] = (
@@ -494,6 +509,22 @@ def print_table(report: dict) -> None:
               "(each websocket stream above opens one)")  # fmt: skip
 
 
+def print_ratios(report: dict) -> None:
+    """PostgreSQL's added time to first token over SQLite's, per path and level, from the same run."""
+    rows = {(row["system"], row["streams"]): row for row in report["streams"]}
+    print("\n| path | streams | +TTFT p50 SQLite / PostgreSQL ms | ratio | +TTFT p99 SQLite / PostgreSQL ms | ratio |")
+    print("|---|---|---|---|---|---|")
+    for (system, streams), row in rows.items():
+        if not system.startswith("ours ") or (pg := rows.get((system.replace("ours", "ours-pg"), streams))) is None:
+            continue
+        cells = []
+        for key in ("added_ttft_p50_ms", "added_ttft_p99_ms"):
+            mine, theirs = row[key], pg[key]
+            ratio = theirs / mine if mine and theirs is not None and mine > 0 else None
+            cells += [f"{fmt(mine)} / {fmt(theirs)}", fmt(ratio, ".2f")]
+        print(f"| {system[5:]} | {streams} | " + " | ".join(cells) + " |")
+
+
 def draw(path: Path) -> Path | None:
     """The chart, drawn by bench/chart.py with bench/.venv's matplotlib (not in the server's locks)."""
     python = BENCH_VENV / "bin" / "python"
@@ -505,8 +536,9 @@ def draw(path: Path) -> Path | None:
     return chart
 
 
-async def run_all(stack: Stack, args) -> dict:
-    found = systems(stack)
+async def run_all(stack: Stack, args, beside: Stack | None = None) -> dict:
+    found = systems(stack, beside)
+    sockets = {"ours websocket": stack, "ours-pg websocket": beside}
     report = {
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": machine(),
@@ -525,7 +557,7 @@ async def run_all(stack: Stack, args) -> dict:
     pid = found["ours websocket"][0]
     for _ in range(args.repeat):
         for name, (system_pid, one) in found.items():
-            socket = stack if name == "ours websocket" else None
+            socket = sockets.get(name)
             rate = await one_token_rate(one, system_pid, args.requests, args.rate_concurrency, socket)
             rates[name].append(rate)
             print(
@@ -568,18 +600,27 @@ def main() -> None:
     parser.add_argument("--delay", type=int, default=20, help="ms between chunks (20: 50 a second)")
     parser.add_argument("--requests", type=int, default=300, help="one-token requests for the rate")
     parser.add_argument("--rate-concurrency", type=int, default=10, help="one-token requests at a time")
-    parser.add_argument("--database-url", help="our server's database (default: a fresh SQLite file)")
+    parser.add_argument(
+        "--database-url",
+        help="a PostgreSQL database for a second server of ours (ours-pg), measured beside SQLite's (ours)",
+    )
     parser.add_argument("--no-litellm", action="store_true", help="leave LiteLLM out even if installed")
     parser.add_argument("--no-chart", action="store_true")
     parser.add_argument("--out", type=Path, default=RESULTS, help="folder for the JSON and the chart")
     parser.add_argument("--repeat", type=int, default=1, help="runs of each measurement; the table shows medians")
     args = parser.parse_args()
-    stack = Stack(args.database_url, litellm=not args.no_litellm)
+    stack = Stack(None, litellm=not args.no_litellm)
+    beside = None
     try:
-        report = asyncio.run(run_all(stack, args))
+        beside = Stack(args.database_url, litellm=False) if args.database_url else None
+        report = asyncio.run(run_all(stack, args, beside))
     finally:
         stack.close()
+        if beside is not None:
+            beside.close()
     print_table(report)
+    if beside is not None:
+        print_ratios(report)
     args.out.mkdir(parents=True, exist_ok=True)
     stamp = report["when"].replace(":", "").replace("+0000", "")
     for name in (f"compare-{stamp}.json", "compare-latest.json"):

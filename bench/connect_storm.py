@@ -69,12 +69,12 @@ def sessions(database_url: str, users: int) -> list[str]:
 
 @contextmanager
 def behind_nginx(daphne_port: int, folder: Path):
-    """The repo's nginx site (as tests/test_deploy.py runs it) in front of one daphne."""
+    """The repo's nginx site (as tests/deploy/test_deploy.py runs it) in front of one daphne."""
     import django
 
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatsite.settings")
-    django.setup()  # tests.test_deploy imports the tests' shared fixtures, which need Django
-    from tests.test_deploy import Nginx, free_port, render_site
+    django.setup()  # tests.deploy.test_deploy imports the tests' shared fixtures, which need Django
+    from tests.deploy.test_deploy import Nginx, free_port, render_site
 
     cert, key = folder / "cert.pem", folder / "key.pem"
     subprocess.run(

@@ -47,7 +47,7 @@ def seed(rows: int) -> float:
     from django.db import connection, transaction
     from django.utils import timezone
 
-    from chat import rollup
+    from chat.metering import summary_triggers
 
     User = get_user_model()
     User.objects.bulk_create([User(username=f"person{n:03d}", password="!") for n in range(PEOPLE)])
@@ -82,7 +82,7 @@ def seed(rows: int) -> float:
             *("", "", "stop", "", False, "reported", False, 0),
         )
 
-    rollup.uninstall()
+    summary_triggers.uninstall()
     with transaction.atomic(), connection.cursor() as cursor:
         if postgres:
             with cursor.cursor.copy(f"COPY chat_usage ({', '.join(columns)}) FROM STDIN") as copy:

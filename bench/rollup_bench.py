@@ -1,4 +1,4 @@
-"""Measure what the daily summaries' triggers (chat/rollup.py) add to a stream's two writes of its usage row.
+"""Measure what the summaries' triggers (chat/metering/summary_triggers.py) add to a usage row's two writes.
 
 A stream creates its usage row when it starts and settles it (an UPDATE) when it ends, each in
 a transaction of its own. This times both, one row at a time, with the triggers and without,
@@ -57,14 +57,14 @@ def child(rows: int, count: int) -> None:
     from django.db import connection
 
     from bench.dashboard_bench import seed
-    from chat import rollup
+    from chat.metering import summary_triggers
 
     call_command("migrate", verbosity=0)
     seed(rows)
     user = get_user_model().objects.get(username="staff")
     streams(50, user)  # warm-up
     with_triggers = streams(count, user)
-    rollup.uninstall()
+    summary_triggers.uninstall()
     without = streams(count, user)
     print(
         f"| {connection.vendor} | {without[0]:.2f} / {with_triggers[0]:.2f} "

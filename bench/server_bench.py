@@ -44,7 +44,7 @@ def free_port() -> int:
 def server_env(database_url: str, fake_port: int, **more: str) -> dict[str, str]:
     """The server's environment in a benchmark: the fake upstream on `fake_port`, the per-person limits off.
 
-    One person (or a few) runs every stream of a benchmark: the limits of chat/limits.py would
+    One person (or a few) runs every stream of a benchmark: the limits of chat/metering/limits.py would
     refuse most of them.
     """
     return {
@@ -97,7 +97,7 @@ class Stack:
         self.url = f"http://127.0.0.1:{self.port}"
         self.env = server_env(f"sqlite:///{self.folder.name}/bench.sqlite3", fake_port)
         self.fake = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "chat.fakeupstream:app", "--port", str(fake_port), "--log-level",
+            [sys.executable, "-m", "uvicorn", "fakeupstream.app:app", "--port", str(fake_port), "--log-level",
              "warning"], cwd=ROOT, env=self.env,
         )  # fmt: skip
         manage = [sys.executable, "manage.py"]

@@ -1,8 +1,9 @@
 """Measure the upstream client's hot path: CPU per chunk and delivery latency, per transport.
 
 Runs the project's fake upstream in a separate process (uvicorn), then opens N
-concurrent streams through chat.upstream (open_stream + SSE decoding + orjson
-chunk parsing, exactly what every generation does) with each httpx transport.
+concurrent streams through chat.streaming.upstream (open_stream, then UpstreamStream.read:
+SSE decoding and orjson chunk parsing, the loop every stream is read with) with each httpx
+transport; the bench's own callbacks count the events and take the stamps.
 The fake stamps each content piece with its send time ([[stamp]]), so latency is
 measured from the upstream writing a chunk to the client having parsed it.
 
@@ -27,7 +28,7 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from chat import upstream  # noqa: E402
+from chat.streaming import upstream  # noqa: E402
 
 KEY = "bench-key"
 MODEL = "claude-sonnet-5"
@@ -42,7 +43,7 @@ def free_port() -> int:
 def start_fake(port: int) -> subprocess.Popen:
     env = {**os.environ, "FAKE_UPSTREAM_KEY": KEY}
     process = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "chat.fakeupstream:app", "--port", str(port), "--log-level", "warning"],
+        [sys.executable, "-m", "uvicorn", "fakeupstream.app:app", "--port", str(port), "--log-level", "warning"],
         cwd=ROOT,
         env=env,
     )
@@ -62,14 +63,19 @@ async def one_stream(client, base_url: str, prompt: str, latencies: list[float])
     payload = upstream.build_payload(MODEL, [{"role": "user", "content": prompt}])
     state = upstream.StreamState(started_at=loop.time())
     chunks = 0
-    async with upstream.open_stream(client, base_url, KEY, payload) as stream:
-        async for event in stream.events():
-            if event.data is None:
-                continue
-            content, _ = state.feed(event.data, loop.time())
+
+    def counted(event, chunk) -> None:
+        nonlocal chunks
+        if event.data is not None:
             chunks += 1
-            if content.startswith("@"):
-                latencies.append(time.time() - float(content[1:].split(" ", 1)[0]))
+
+    def stamped() -> None:
+        content = state.content[-1] if state.content else ""
+        if content.startswith("@"):
+            latencies.append(time.time() - float(content[1:].split(" ", 1)[0]))
+
+    async with upstream.open_stream(client, base_url, KEY, payload) as stream:
+        await stream.read(state, on_text=stamped, forward=counted)
     return chunks
 
 
