@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 from decimal import Decimal
 
 import pytest
@@ -16,7 +15,7 @@ from chat.actions import exports
 from chat.actions.shares import create_share
 from chat.models import Conversation, Message, Share, Usage
 from tests.page.test_a11y import violations
-from tests.page_helpers import I14, ROOT, SCREENSHOTS, open_chat, screenshot
+from tests.page_helpers import I14, open_chat, screenshot
 
 expect.set_options(timeout=15_000)
 
@@ -137,7 +136,6 @@ def test_the_owner_shares_from_the_chat_page_and_revokes(new_page, alice, bob, p
     expect(reader.locator("article.message.assistant .answer strong").first).to_have_text("Moon")
     expect(reader.locator("article.message.assistant .usage")).to_contain_text("18 in")  # the owner chose usage
     screenshot(reader, "shared")
-    shutil.copy(SCREENSHOTS / "shared.png", ROOT / "docs" / "screenshots" / "shared.png")
 
     dialog.get_by_role("button", name="Revoke").click()
     expect(dialog.locator(".share-row")).to_have_count(0)

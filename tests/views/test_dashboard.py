@@ -306,11 +306,10 @@ def busy_month(users: dict[str, int]) -> None:
 
 @pytest.mark.parametrize("scheme", ["light", "dark"])
 def test_dashboard_in_a_browser_light_and_dark(browser, server, team, scheme, django_user_model):
-    """The charts are drawn, the tables sort by a click, and a screenshot goes to docs/screenshots/."""
+    """The charts are drawn, the tables sort by a click, and a screenshot goes to test-artifacts/screenshots/."""
     from playwright.sync_api import expect
 
-    from tests.page_helpers import ROOT as PAGE_ROOT
-    from tests.page_helpers import sign_in
+    from tests.page_helpers import SCREENSHOTS, sign_in
 
     busy_month(team)
     context = browser.new_context(base_url=server.url, color_scheme=scheme, viewport={"width": 1280, "height": 900})
@@ -352,7 +351,8 @@ def test_dashboard_in_a_browser_light_and_dark(browser, server, team, scheme, dj
         assert counts == sorted(counts, reverse=True)
         expect(page.locator("#models-table tbody tr")).to_have_count(4)
         expect(page.locator("body")).not_to_contain_text("Traceback")
-        path = PAGE_ROOT / "docs" / "screenshots" / f"usage-{scheme}.png"
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        path = SCREENSHOTS / f"usage-{scheme}.png"
         page.screenshot(path=str(path), full_page=True, animations="disabled")
     finally:
         context.close()
