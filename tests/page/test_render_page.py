@@ -346,6 +346,15 @@ def test_a_4000_line_code_block_streams_without_long_tasks(watched):
     check_rendered_in_slices(figures)
 
 
+def test_a_tables_column_alignment_is_kept(watched):
+    reply = echo(watched, "| Item | Qty | Price |\n|:-----|:---:|------:|\n| Tea | 2 | 3.50 |\n| Scones | 12 | 18.00 |")
+    cells = reply.locator(".answer table tbody tr").first.locator("td")
+    aligned = cells.evaluate_all("(cells) => cells.map((cell) => getComputedStyle(cell).textAlign)")
+    assert aligned == ["left", "center", "right"]
+    header = reply.locator(".answer table th").evaluate_all("(th) => th.map((c) => getComputedStyle(c).textAlign)")
+    assert header == ["left", "center", "right"]
+
+
 # --- math ------------------------------------------------------------------------------------
 
 MATH = (
