@@ -35,10 +35,12 @@ from chat.streaming.upstream import StreamState, UpstreamError, UpstreamStream, 
 OPENING = b": connected\n\n"
 KEEP_ALIVE = b": keep-alive\n\n"
 DONE_EVENT = b"data: [DONE]\n\n"
-# How long a stream whose client went away is still read for the upstream's usage: enough for what
-# the upstream has already sent (held back by flow control), short enough that a client that hung
-# up to stop an answer does not pay for much more of it.
+# How long and how much a stream whose client went away is still read for the upstream's usage:
+# enough for what the upstream has already sent (held back by flow control, in the socket buffers
+# between us, a few MiB at most), little enough that a client that hung up to stop an answer does
+# not pay for much more of it, however fast the upstream writes.
 DRAIN_SECONDS = 1.0
+DRAIN_BYTES = 8 * 1024 * 1024
 _END = object()
 _BEAT = object()  # the heartbeat timer's wake-up: a keep-alive is due
 IMAGE_CHARS = image_tokens(2048, 2048) * CHARS_PER_TOKEN
@@ -184,12 +186,13 @@ class Relay:
         self._idle_since: float | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._draining = False
+        self._drain_left = DRAIN_BYTES
 
     async def drain(self, seconds: float = DRAIN_SECONDS) -> None:
         """The client is gone: read what the upstream still sends, unforwarded, for its usage figure.
 
         An upstream that had finished (its events held back by flow control) is billed as it
-        reported; one still answering after `seconds` is closed, and its usage estimated.
+        reported; one still answering after `seconds` or DRAIN_BYTES is closed, and its usage estimated.
         """
         pump = self._pump_task
         if pump is None or pump.done() or self.interruption is not None:
@@ -311,6 +314,9 @@ class Relay:
     def _forward(self, event: ServerSentEvent, chunk: dict[str, Any] | None) -> Awaitable[None] | None:
         """Queue an event the state took for the client, unless it must not go; while the queue is full, the wait."""
         if self._draining:
+            self._drain_left -= len(event.raw)
+            if self._drain_left < 0 and self._pump_task is not None:
+                self._pump_task.cancel()  # this read loop's own task: it ends at its next wait
             return None
         raw = event.raw
         if chunk is not None:
