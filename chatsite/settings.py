@@ -339,12 +339,16 @@ LOGGING = {
         "console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT, "filters": ["request_id"]},
     },
     "root": {"handlers": ["console"], "level": env("LOG_LEVEL", "INFO")},
-    # httpx logs every request line at INFO; only our own summaries are wanted.
+    # httpx logs every request line at INFO; only our own summaries are wanted. So does httpx2, the MCP
+    # SDK's client, with a tool server's URL (which may carry a key); the SDK logs a server's session
+    # id at INFO, which lets whoever reads the log act in that session.
     # django-axes logs every sign-in at INFO; lockouts are WARNING.
     # django.request: an error answer is logged by whoever made it (chat/runtime/db_busy.py, /v1's upstream
     # errors), once; Django's own "Internal Server Error" line stays for real bugs (ERROR, with the traceback).
     "loggers": {
         "httpx": {"level": "WARNING"},
+        "httpx2": {"level": "WARNING"},
+        "mcp": {"level": "WARNING"},
         "daphne": {"level": "WARNING"},
         "axes": {"level": "WARNING"},
         "chatsite.access": {"level": "INFO" if LOG_ACCESS else "WARNING"},

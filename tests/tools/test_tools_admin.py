@@ -80,3 +80,20 @@ def test_staff_see_the_calls_in_the_conversation_review(staff_client, django_use
     assert "<script>bad()" not in page and "&lt;script&gt;bad()" in page
     listing = staff_client.get("/admin/chat/toolcall/").content.decode()
     assert "echo" in listing and "tests" in listing
+
+
+def test_a_tool_servers_url_and_session_stay_out_of_the_log(caplog, mcp_http):
+    """The MCP SDK's HTTP client logs every request's URL at INFO, and the SDK a server's session id:
+    a URL may carry a key, and a session id lets whoever reads the log act in that session."""
+    import logging
+    from concurrent.futures import ThreadPoolExecutor
+
+    from chat.actions import tool_servers
+
+    caplog.set_level(logging.INFO)
+    server = McpServer.objects.create(name="logged", url=mcp_http + "?key=mcp-url-secret-55")
+    with ThreadPoolExecutor(1) as pool:
+        assert pool.submit(tool_servers.refresh_now, server).result() == ""
+    assert McpTool.objects.filter(server=server).exists()  # requests were made and answered
+    logged = [record.getMessage() for record in caplog.records]
+    assert not [line for line in logged if "mcp-url-secret-55" in line or "session id" in line.lower()]
