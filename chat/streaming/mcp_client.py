@@ -16,8 +16,13 @@ from typing import Any
 
 import httpx2
 
+from chat.streaming.upstream.client import DestinationGuard
+
 # A tool result's SSE event may be this large; a larger one fails the call (the chat keeps far less).
 MAX_EVENT_BYTES = 16 * 1024 * 1024
+# Every request to a server is checked as upstream requests are: its name may have come to resolve to
+# a link-local or cloud metadata address since the admin saved it (that save checked it too).
+_guard = DestinationGuard()
 
 
 @dataclass(frozen=True)
@@ -28,6 +33,7 @@ class Endpoint:
     url: str = ""
     headers: dict[str, str] = field(default_factory=dict)
     stdio: dict[str, Any] | None = None
+    allow_link_local: bool = False  # UPSTREAM_ALLOW_LINK_LOCAL, as for providers
 
     def __repr__(self) -> str:  # never the headers
         return f"Endpoint({self.name!r})"
@@ -64,7 +70,8 @@ async def _session(endpoint: Endpoint, seconds: float) -> AsyncIterator[Any]:
             yield client
         return
     timeout = httpx2.Timeout(seconds)
-    async with httpx2.AsyncClient(headers=endpoint.headers, timeout=timeout) as http:
+    hooks = {"request": [] if endpoint.allow_link_local else [_guard]}
+    async with httpx2.AsyncClient(headers=endpoint.headers, timeout=timeout, event_hooks=hooks) as http:
         transport = streamable_http_client(endpoint.url, http_client=http, max_sse_event_size=MAX_EVENT_BYTES)
         async with Client(transport, cache=None, read_timeout_seconds=seconds) as client:
             yield client

@@ -71,7 +71,7 @@ def endpoint_of(server: McpServer) -> Endpoint | None:
     headers = {str(k): str(v) for k, v in (server.headers or {}).items()}
     if server.bearer:
         headers["Authorization"] = f"Bearer {server.bearer}"
-    return Endpoint(server.name, url=server.url, headers=headers)
+    return Endpoint(server.name, url=server.url, headers=headers, allow_link_local=settings.UPSTREAM_ALLOW_LINK_LOCAL)
 
 
 def tools_for(user, chosen: list[str] | None) -> tuple[ToolSpec, ...]:

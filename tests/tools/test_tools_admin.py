@@ -97,3 +97,15 @@ def test_a_tool_servers_url_and_session_stay_out_of_the_log(caplog, mcp_http):
     assert McpTool.objects.filter(server=server).exists()  # requests were made and answered
     logged = [record.getMessage() for record in caplog.records]
     assert not [line for line in logged if "mcp-url-secret-55" in line or "session id" in line.lower()]
+
+
+def test_a_server_whose_address_is_link_local_is_refused_at_each_use_not_only_on_save():
+    """Saved past the admin's check (or its name resolving elsewhere since): the request is never sent."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from chat.actions import tool_servers
+
+    server = McpServer.objects.create(name="metadata", url="http://169.254.169.254/mcp")
+    with ThreadPoolExecutor(1) as pool:
+        error = pool.submit(tool_servers.refresh_now, server).result()
+    assert "169.254.169.254 is link-local or a cloud metadata service, which is refused" in error

@@ -12,6 +12,7 @@ from tests import page_helpers
 from tests.page_helpers import last_reply, send, wait_done
 
 pytestmark = pytest.mark.django_db(transaction=True)
+expect.set_options(timeout=15_000)
 
 
 @pytest.fixture
