@@ -34,12 +34,18 @@ async def frames_for(tab: Tab, seconds: float) -> list[dict]:
 
 
 def streamed(frames: list[dict]) -> str:
-    """The text a tab shows: a snapshot's (if it attached), then the deltas after it."""
-    snapshots = [i for i, f in enumerate(frames) if f["type"] == "snapshot"]
-    if not snapshots:
-        return text(frames)
-    first = snapshots[-1]
-    return frames[first]["content"] + text(frames[first + 1 :])
+    """The text a tab shows, applied as the page applies it (static/chat/messages.js): a snapshot's
+    text (if it attached), then each delta whose `seq` is past the last one applied. Delivery across
+    Redis is at least once: a delta whose send was cut before Redis acknowledged it comes again."""
+    shown, last = "", 0
+    for frame in frames:
+        if frame["type"] == "snapshot":
+            shown, last = frame["content"], frame["seq"]
+        elif frame["type"] == "snapshot_part":  # a long reply's snapshot goes on
+            shown += frame.get("content", "")
+        elif frame["type"] == "delta" and frame["seq"] > last:
+            shown, last = shown + frame.get("content", ""), frame["seq"]
+    return shown
 
 
 @contextlib.asynccontextmanager
