@@ -50,7 +50,7 @@ SETTLED = """() => new Promise((resolve) => {
 
 # The last frames drawn, then the long tasks so far.
 TASKS = """() => new Promise((resolve) => requestAnimationFrame(() => requestAnimationFrame(() =>
-    setTimeout(() => resolve(window.__tasks.map((task) => task[1])), 200))))"""
+    setTimeout(() => resolve(window.__tasks), 200))))"""
 
 
 BREAKDOWN = {"script": "ScriptDuration", "layout": "LayoutDuration", "style": "RecalcStyleDuration",
@@ -105,13 +105,15 @@ def run(rate: float, kb: int, delay: int) -> dict:
             cdp.send("Emulation.setCPUThrottlingRate", {"rate": rate})
             cdp.send("Performance.enable")
             before = metrics(cdp)
-            page.evaluate("() => { window.__tasks = []; }")
+            page.evaluate("() => { window.__tasks = []; window.__sent = performance.now(); }")
             started = time.monotonic()
             page.get_by_label("Message").press("Enter")
             page.wait_for_selector("article.message.assistant[data-status=streaming]")
             status = page.evaluate(SETTLED)
             seconds = time.monotonic() - started
-            tasks = page.evaluate(TASKS)
+            found = page.evaluate(TASKS)
+            sent = page.evaluate("() => window.__sent")
+            tasks = [duration for _, duration in found]
             after = metrics(cdp)
             chars = page.evaluate(
                 "() => document.querySelector('article.message.assistant .answer').textContent.length"
@@ -128,6 +130,10 @@ def run(rate: float, kb: int, delay: int) -> dict:
         "longest_ms": round(max(tasks, default=0)),
         "total_ms": round(sum(tasks)),
         "over_100ms": sum(1 for task in tasks if task > 100),
+        # When the longest came, in seconds after the send (the stream's end is about stream_s).
+        "longest_at_s": [
+            [round((at - sent) / 1000, 1), round(duration)] for at, duration in sorted(found, key=lambda t: -t[1])[:3]
+        ],
         "shown_chars": chars,
         # Where the main thread's time went meanwhile (Chromium's Performance.getMetrics), in seconds.
         **{f"{name}_s": round(after[key] - before[key], 1) for name, key in BREAKDOWN.items()},

@@ -86,6 +86,8 @@ export class MessageView {
   setStatus(status) {
     this.status = status;
     this.article.dataset.status = status;
+    // Kept once it ends (everyday.css): the finished answer keeps the block sizes laid out as it streamed.
+    if (status === "streaming") this.article.classList.add("streamed");
   }
 
   buildUser(message) {
