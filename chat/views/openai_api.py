@@ -155,13 +155,15 @@ async def start_metered(
     return None
 
 
-async def stream_completion(meter: MeteredRequest, payload: dict, wants_usage: bool, flow=None) -> HttpResponse:
-    """Relay the upstream's stream; `flow` (chatsite.server's scope extension) says if the server cut the client."""
+async def open_upstream(
+    meter: MeteredRequest, payload: dict
+) -> tuple[upstream.UpstreamStream | None, AsyncExitStack, HttpResponse | None]:
+    """The provider's stream for a metered request and the stack that closes it, or the response to send
+    instead (the upstream's refusal, metered; the stack already closed)."""
     provider = meter.entry.provider
     cleanup = AsyncExitStack()
     # However the response ends (even unread), the usage row stops counting as streaming.
     cleanup.push_async_callback(meter.record, "stopped", "the client disconnected")
-
     opening = open_provider_stream(
         provider.name, provider.base_url, provider.api_key, provider_limit(provider), payload, meter.state
     )
@@ -172,6 +174,13 @@ async def stream_completion(meter: MeteredRequest, payload: dict, wants_usage: b
         raise
     if refused is not None:
         await cleanup.aclose()
+    return stream, cleanup, refused
+
+
+async def stream_completion(meter: MeteredRequest, payload: dict, wants_usage: bool, flow=None) -> HttpResponse:
+    """Relay the upstream's stream; `flow` (chatsite.server's scope extension) says if the server cut the client."""
+    stream, cleanup, refused = await open_upstream(meter, payload)
+    if refused is not None:
         return refused
     relay = Relay(stream, meter.state, forward_usage=wants_usage, heartbeat=settings.API_HEARTBEAT_SECONDS)
     # Its progress is written on the row (process_loops.py); a deactivation or a revocation ends it.

@@ -16,7 +16,6 @@ import contextlib
 import logging
 import secrets
 import time
-from contextlib import AsyncExitStack
 from typing import Any
 
 import orjson
@@ -31,7 +30,6 @@ from chat.lib.responses_events import ResponsesTranslator, encode, usage_of
 from chat.lib.responses_request import ITEM_ID, ResponsesRequest, chat_messages, parse_responses_request
 from chat.models import StoredResponse
 from chat.streaming import upstream
-from chat.streaming.providers import open_provider_stream, provider_limit
 from chat.streaming.relay import DONE_EVENT, Relay, RequestError, prompt_chars, running, upstream_body
 from chat.views.openai_api import (
     MeteredRequest,
@@ -39,6 +37,7 @@ from chat.views.openai_api import (
     SSEResponse,
     copy_headers,
     disconnect_reason,
+    open_upstream,
     openai_error,
     start_metered,
     unauthorized,
@@ -200,19 +199,8 @@ async def responses(request):
 
 async def stream_response(meter: MeteredResponse, payload: dict, flow=None) -> HttpResponse:
     """The upstream's stream relayed as Responses events; the end said once the usage and the response are stored."""
-    provider = meter.entry.provider
-    cleanup = AsyncExitStack()
-    cleanup.push_async_callback(meter.record, "stopped", "the client disconnected")
-    opening = open_provider_stream(
-        provider.name, provider.base_url, provider.api_key, provider_limit(provider), payload, meter.state
-    )
-    try:
-        stream, refused = await meter.answer_of(cleanup.enter_async_context(opening))
-    except BaseException:
-        await cleanup.aclose()
-        raise
+    stream, cleanup, refused = await open_upstream(meter, payload)
     if refused is not None:
-        await cleanup.aclose()
         return refused
     translator = meter.translator
     relay = ResponsesRelay(stream, meter.state, translator, heartbeat=settings.API_HEARTBEAT_SECONDS)
