@@ -380,17 +380,15 @@ class ChatConsumer(LeanJsonWebsocketConsumer):
         reply = await db_threads.run(Message.objects.get)(pk=message_id)
         if self.attaching.get(message_id, FROM_DATABASE) is None:
             self.attaching[message_id] = FROM_DATABASE
-            for text in snapshot_frames(
-                reply.conversation_id,
-                reply.pk,
-                reply.content,
-                reply.reasoning,
-                reply.status,
-                reply.model,
-                None,
-                reply.tool_rounds,
-            ):
-                await self.send(text_data=text)
+            await self._send_saved(reply)
+
+    async def _send_saved(self, reply: Message) -> None:
+        """A reply's snapshot as saved (seq null): its text from the database, not from its stream."""
+        for text in snapshot_frames(
+            reply.conversation_id, reply.pk, reply.content, reply.reasoning, reply.status, reply.model, None,
+            reply.tool_rounds,
+        ):  # fmt: skip
+            await self.send(text_data=text)
 
     async def _own_reply(self, message_id: int) -> Message:
         reply = Message.objects.filter(pk=message_id, role=Message.Role.ASSISTANT, conversation__owner=self.user)
@@ -442,15 +440,5 @@ class ChatConsumer(LeanJsonWebsocketConsumer):
         if message_id in self.attaching and self.attaching.pop(message_id) in (None, FROM_DATABASE):
             # The stream ended before the owner's snapshot reached us: the saved text is final.
             reply = await db_threads.run(Message.objects.get)(pk=message_id)
-            for text in snapshot_frames(
-                reply.conversation_id,
-                reply.pk,
-                reply.content,
-                reply.reasoning,
-                reply.status,
-                reply.model,
-                None,
-                reply.tool_rounds,
-            ):
-                await self.send(text_data=text)
+            await self._send_saved(reply)
         await self.send(text_data=event["text"])
