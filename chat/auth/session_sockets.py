@@ -84,9 +84,15 @@ def notify_user(user_id: int, ended_session: str | None = None) -> None:
 
 
 def on_logged_out(sender, request, user, **kwargs) -> None:
-    if user is not None and user.pk is not None:
-        # The signal comes before the session is flushed, so name the ended session outright.
-        notify_user(user.pk, getattr(request.session, "session_key", None))
+    if user is None or user.pk is None:
+        return
+    session = getattr(request, "session", None)
+    ended = getattr(session, "session_key", None)
+    if session is not None:
+        # Django flushes the session only after this signal. A tab that the 4401 sends to
+        # the sign-in page must not find it still signed in (and be bounced back to the chat).
+        session.flush()
+    notify_user(user.pk, ended)
 
 
 def remember_auth_fields(sender, instance, update_fields=None, **kwargs) -> None:

@@ -10,6 +10,7 @@ import asyncio
 import io
 import re
 from contextlib import asynccontextmanager
+from importlib import import_module
 
 import aiohttp
 import httpx
@@ -160,6 +161,21 @@ async def test_sign_out_closes_that_sessions_sockets_only_and_the_stream_goes_on
     assert reply.content == frames[1]["content"] + text(frames[2:]) and reply.status == "complete"
     usage = await Usage.objects.aget(message=reply)
     assert usage.status == "complete" and usage.completion_tokens > 0
+
+
+def test_sign_out_ends_the_session_before_its_sockets_are_told(client, alice, monkeypatch):
+    # Django sends user_logged_out before it flushes the session. A tab sent to the sign-in page by
+    # the 4401 that still found the session there was bounced back to the chat, then to ?next=/.
+    from chat.auth import session_sockets
+
+    client.force_login(alice)
+    key = client.session.session_key
+    store = import_module(settings.SESSION_ENGINE).SessionStore()
+    told = []
+    notify = session_sockets.notify_user
+    monkeypatch.setattr(session_sockets, "notify_user", lambda *a: told.append((a, store.exists(key))) or notify(*a))
+    assert client.post("/accounts/logout/").status_code == 302
+    assert told == [((alice.pk, key), False)]
 
 
 async def test_a_password_change_closes_the_other_sessions_sockets_and_keeps_the_changing_one(browsers, alice):
