@@ -318,6 +318,17 @@ class Relay:
             if self._drain_left < 0 and self._pump_task is not None:
                 self._pump_task.cancel()  # this read loop's own task: it ends at its next wait
             return None
+        raw = self._client_bytes(event, chunk)
+        if raw is None:
+            return None
+        try:
+            self._queue.put_nowait(raw)
+        except asyncio.QueueFull:
+            return self._queue.put(raw)  # the client is behind: the reading waits for room
+        return None
+
+    def _client_bytes(self, event: ServerSentEvent, chunk: dict[str, Any] | None) -> bytes | None:
+        """What the client gets of an event: the event as it came, or None."""
         raw = event.raw
         if chunk is not None:
             if "error" in chunk:
@@ -328,11 +339,7 @@ class Relay:
                 return None  # the usage the relay asked for, not the client
             else:  # the provider's key, were the upstream to echo it in a chunk (one search, no copy)
                 raw = redact_secrets(raw, self.state.secrets)
-        try:
-            self._queue.put_nowait(raw)
-        except asyncio.QueueFull:
-            return self._queue.put(raw)  # the client is behind: the reading waits for room
-        return None
+        return raw
 
     async def _pump(self, queue: asyncio.Queue[Any]) -> None:
         # Reading in a task of its own lets the relay wait for the next event with a

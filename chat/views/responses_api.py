@@ -156,19 +156,12 @@ class ResponsesRelay(Relay):
         """Events as SSE, the provider's key (were the upstream to echo it) redacted, in the text done events repeat."""
         return upstream.redact_secrets(b"".join(map(encode, events)), self.state.secrets)
 
-    def _forward(self, event, chunk):
+    def _client_bytes(self, event, chunk):
         # Comments, [DONE] and error chunks are not passed on: the end (completed or failed) is said once, after it.
         if chunk is None or "error" in chunk:
             return None
         events = self.translator.feed(chunk)
-        if not events:
-            return None
-        raw = self.translator_bytes(events)
-        try:
-            self._queue.put_nowait(raw)
-        except asyncio.QueueFull:
-            return self._queue.put(raw)  # the client is behind: the reading waits for room
-        return None
+        return self.translator_bytes(events) if events else None
 
 
 @csrf_exempt
@@ -226,6 +219,7 @@ async def stream_response(meter: MeteredResponse, payload: dict, flow=None) -> H
                 if not meter.recorded and relay.interruption is not None:
                     await meter.record(relay.status, relay.error)
                 elif not meter.recorded:
+                    await relay.drain()  # the usage the upstream reports, if it had finished
                     await meter.record("stopped", disconnect_reason(flow))
             finally:
                 await cleanup.aclose()

@@ -285,12 +285,12 @@ def wait_for_usage(timeout: float = 120) -> Usage:
     return usage
 
 
-def slow_reader(server, token: str, body: bytes) -> socket.socket:
+def slow_reader(server, token: str, body: bytes, path: str = "/v1/chat/completions") -> socket.socket:
     """A raw `/v1` request from a client with a 4 KiB receive buffer: it takes (almost) nothing unless it reads."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     sock.connect(("127.0.0.1", server.port))
-    head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+    head = b"POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n" % path.encode()
     head += b"Authorization: Bearer %s\r\nContent-Length: %d\r\n\r\n" % (token.encode(), len(body))
     sock.sendall(head + body)
     return sock
@@ -321,12 +321,17 @@ def test_a_v1_client_that_reads_nothing_holds_the_upstream_back_and_is_cut_off(a
     assert "the client read nothing for 2 s" in output
 
 
-def test_a_v1_client_cut_off_after_the_upstream_finished_is_billed_as_the_upstream_reported(alice, providers, fake):
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/responses"])
+def test_a_v1_client_cut_off_after_the_upstream_finished_is_billed_as_the_upstream_reported(
+    alice, providers, fake, path
+):
     """The answer was whole upstream, held back only by the client: the cut reads the rest for its usage."""
     token = ApiToken.issue(alice, "tests")[1]
     with live(API_SLOW_CLIENT_SECONDS="2") as server:
-        body = orjson.dumps(api_request(token, "[[chunks:20000]]"))
-        sock = slow_reader(server, token, body)
+        request = api_request(token, "[[chunks:20000]]")
+        if path == "/v1/responses":
+            request = {"model": I14, "input": "[[chunks:20000]]", "stream": True, "max_output_tokens": 1_000_000}
+        sock = slow_reader(server, token, orjson.dumps(request), path)
         assert wait_until(lambda: fake.app.streams, 30)
         record = fake.app.last()
         assert record.completed.wait(60) and record.finish_reason == "stop", "the upstream did not finish"
