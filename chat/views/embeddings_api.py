@@ -16,13 +16,12 @@ import orjson
 from django.http import HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from chat.auth.api_tokens import bearer
 from chat.lib.embedding_params import check_embeddings_request, input_chars
 from chat.lib.model_params import ParamError
 from chat.streaming import upstream
 from chat.streaming.catalog import CatalogEntry
 from chat.streaming.relay import RequestError
-from chat.views.openai_api import MeteredRequest, copy_headers, openai_error, start_metered, unauthorized
+from chat.views.openai_api import MeteredRequest, copy_headers, metered_post
 
 
 def parse_embeddings(raw: bytes) -> dict:
@@ -55,20 +54,10 @@ class MeteredEmbedding(MeteredRequest):
 
 @csrf_exempt
 async def embeddings(request):
-    if request.method != "POST":
-        return openai_error(405, "Use POST.", "invalid_request_error", "method_not_allowed")
-    secret = bearer(request)
-    if secret is None:
-        return unauthorized()
-    try:
-        body, invalid = parse_embeddings(request.body), None
-    except RequestError as exc:
-        body, invalid = None, exc  # said only once the token is known good: a bad one is a 401 first
-    meter = MeteredEmbedding(body)
-    refused = await start_metered(request, meter, secret, invalid)
+    meter, refused = await metered_post(request, MeteredEmbedding, parse_embeddings)
     if refused is not None:
         return refused
-    payload = {**body, "model": meter.entry.model}
+    payload = {**meter.body, "model": meter.entry.model}
     answer, refused = await meter.ask_whole(payload, path="embeddings")
     if refused is not None:
         return refused

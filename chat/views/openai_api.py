@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from contextlib import AsyncExitStack
+from typing import Any, TypeVar
 
 import orjson
 from django.conf import settings
@@ -35,6 +37,7 @@ from chat.streaming.relay import (
 )
 
 log = logging.getLogger(__name__)
+M = TypeVar("M", bound="MeteredRequest")
 
 # Seconds between attempts to record a request's usage while the database is unavailable.
 RECORD_RETRY_PAUSES = (1, 5)
@@ -101,27 +104,42 @@ class Refused(Exception):
 
 @csrf_exempt
 async def chat_completions(request):
-    if request.method != "POST":
-        return openai_error(405, "Use POST.", "invalid_request_error", "method_not_allowed")
-    secret = bearer(request)
-    if secret is None:
-        return unauthorized()
-    try:
-        body, invalid = parse_request(
-            request.body, max_tokens=settings.MAX_TOKENS_LIMIT, max_n=settings.API_MAX_N,
-            max_image_bytes=settings.ATTACHMENT_MAX_FILE_BYTES,
-        ), None  # fmt: skip
-    except RequestError as exc:
-        body, invalid = None, exc  # said only once the token is known good: a bad one is a 401 first
-    meter = MeteredRequest(body)
-    refused = await start_metered(request, meter, secret, invalid)
+    meter, refused = await metered_post(request, MeteredRequest, parse_chat_request)
     if refused is not None:
         return refused
+    body = meter.body
     payload, wants_usage = upstream_body(body, meter.entry.model, settings.UPSTREAM_MAX_TOKENS)
     if body.get("stream"):
         flow = getattr(request, "scope", {}).get("extensions", {}).get("chatsite.flow")
         return await stream_completion(meter, payload, wants_usage, flow)
     return await complete(meter, payload)
+
+
+def parse_chat_request(raw: bytes) -> dict:
+    """A chat completions request body, checked; raises RequestError."""
+    return parse_request(
+        raw, max_tokens=settings.MAX_TOKENS_LIMIT, max_n=settings.API_MAX_N,
+        max_image_bytes=settings.ATTACHMENT_MAX_FILE_BYTES,
+    )  # fmt: skip
+
+
+async def metered_post(
+    request, meter_type: type[M], parse: Callable[[bytes], Any]
+) -> tuple[M, None] | tuple[None, HttpResponse]:
+    """A /v1 POST up to its upstream request: the method, the bearer token, the body (`parse` raises
+    RequestError, said only once the token is known good) and the metered start; the meter, or the refusal."""
+    if request.method != "POST":
+        return None, openai_error(405, "Use POST.", "invalid_request_error", "method_not_allowed")
+    secret = bearer(request)
+    if secret is None:
+        return None, unauthorized()
+    try:
+        body, invalid = parse(request.body), None
+    except RequestError as exc:
+        body, invalid = None, exc  # a bad token is a 401 before a bad request's 400
+    meter = meter_type(body)
+    refused = await start_metered(request, meter, secret, invalid)
+    return (None, refused) if refused is not None else (meter, None)
 
 
 async def start_metered(

@@ -23,7 +23,6 @@ from django.conf import settings
 from django.http import HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from chat.auth.api_tokens import bearer
 from chat.lib.model_params import ParamError, check_request
 from chat.lib.openai_errors import error_body
 from chat.lib.responses_events import ResponsesTranslator, encode, usage_of
@@ -37,10 +36,9 @@ from chat.views.openai_api import (
     SSEResponse,
     copy_headers,
     disconnect_reason,
+    metered_post,
     open_upstream,
     openai_error,
-    start_metered,
-    unauthorized,
 )
 
 log = logging.getLogger(__name__)
@@ -164,27 +162,24 @@ class ResponsesRelay(Relay):
         return self.translator_bytes(events) if events else None
 
 
+def parse_responses_body(raw: bytes) -> ResponsesRequest:
+    """A Responses request body, checked; raises RequestError."""
+    try:
+        return parse_responses_request(orjson.loads(raw), max_tokens=settings.MAX_TOKENS_LIMIT)
+    except orjson.JSONDecodeError:
+        raise RequestError(400, "The request body is not valid JSON.") from None
+    except ParamError as exc:
+        raise RequestError(400, exc.message, code=exc.code, param=exc.param or None) from None
+
+
 @csrf_exempt
 async def responses(request):
-    if request.method != "POST":
-        return openai_error(405, "Use POST.", "invalid_request_error", "method_not_allowed")
-    secret = bearer(request)
-    if secret is None:
-        return unauthorized()
-    parsed, invalid = None, None
-    try:
-        parsed = parse_responses_request(orjson.loads(request.body), max_tokens=settings.MAX_TOKENS_LIMIT)
-    except orjson.JSONDecodeError:
-        invalid = RequestError(400, "The request body is not valid JSON.")
-    except ParamError as exc:
-        invalid = RequestError(400, exc.message, code=exc.code, param=exc.param or None)
-    meter = MeteredResponse(parsed)
-    refused = await start_metered(request, meter, secret, invalid)
+    meter, refused = await metered_post(request, MeteredResponse, parse_responses_body)
     if refused is not None:
         return refused
     payload, _ = upstream_body(meter.body, meter.entry.model, settings.UPSTREAM_MAX_TOKENS)
     meter.start_translator()
-    if parsed.stream:
+    if meter.request.stream:
         flow = getattr(request, "scope", {}).get("extensions", {}).get("chatsite.flow")
         return await stream_response(meter, payload, flow)
     return await whole_response(meter, payload)
