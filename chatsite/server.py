@@ -109,10 +109,11 @@ class ChatServer(Server):
     flow_high_water = FLOW_HIGH_WATER
 
     def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
         from django.conf import settings
 
         from chat.views.probes import PATHS
+
+        super().__init__(*args, listen_backlog=settings.LISTEN_BACKLOG, **kwargs)
 
         self.unlogged_paths = frozenset(PATHS)  # probes: asked every few seconds, answered without logging
         self.trusted_proxies = networks(settings.TRUSTED_PROXIES)

@@ -456,6 +456,9 @@ API_RETRY_AFTER_SECONDS = env_number("API_RETRY_AFTER_SECONDS", 5)
 # How long a start waits for PostgreSQL while it answers busy (no connection free, a lock not had in time)
 # before it is refused as busy like a database that does not answer (chat/runtime/db_busy.py).
 DATABASE_BUSY_WAIT_SECONDS = env_number("DATABASE_BUSY_WAIT_SECONDS", 30.0, float)
+# How many connections may wait to be accepted on a port the server opens (-b/-p, -u): a burst's.
+# The kernel caps it at net.core.somaxconn. Twisted's own, 50, made a burst's excess wait a second.
+LISTEN_BACKLOG = env_number("LISTEN_BACKLOG", 2048, int)
 # How long the event loop keeps the interpreter while a database thread waits for it (chatsite/server.py); Python's: 5.
 GIL_SWITCH_INTERVAL_MS = env_number("GIL_SWITCH_INTERVAL_MS", 5.0, float)
 

@@ -3,8 +3,10 @@
 Written against daphne 4.2.3, Twisted 26.10.0 and autobahn 26.10.2 (requirements.lock);
 tests/compat/test_compat_daphne.py fails when one of these changes.
 
-* daphne.server.Server. Server below overrides its handle_reply (daphne passes a reply to
-  the protocol only while `connections[protocol]` has no "disconnected"), create_application,
+* daphne.server.Server. Its run() listens on each of `endpoints` with Twisted's
+  serverFromString; Server below adds a listen backlog to them (with_backlog). It overrides
+  its handle_reply (daphne passes a reply to the protocol only while `connections[protocol]`
+  has no "disconnected"), create_application,
   listen_success, listen_error and kill_all_applications (run() makes it the reactor's
   "before shutdown" trigger; daphne's cancels every application at once), sets its
   ready_callable (run() calls it once `http_factory` exists, before the reactor runs) and
@@ -282,6 +284,21 @@ class BodyLimitedRequest(WebRequest):
         self.requestHeaders.removeHeader(b"Expect")
 
 
+def with_backlog(endpoints: list[str], backlog: int) -> list[str]:
+    """Twisted endpoint strings for TCP and Unix sockets with this listen backlog, unless they name one.
+
+    Twisted listens with a backlog of 50: a burst of more connections than the loop accepts at
+    once overflowed it, and each connection dropped so waited a second or more for its client to
+    try again. A socket passed in (`fd:`) keeps the backlog it was opened with.
+    """
+    return [
+        f"{endpoint}:backlog={backlog}"
+        if endpoint.split(":", 1)[0] in ("tcp", "tcp6", "unix") and ":backlog=" not in endpoint
+        else endpoint
+        for endpoint in endpoints
+    ]
+
+
 class Server(DaphneServer):
     """daphne's Server with replies written through and its internal hooks given names a subclass fills."""
 
@@ -290,8 +307,10 @@ class Server(DaphneServer):
     # Bytes waiting in Twisted's buffer past which an HTTP body send calls wait_for_reader().
     flow_high_water: int
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args, listen_backlog: int = 0, **kwargs) -> None:
         super().__init__(*args, **kwargs)
+        if listen_backlog > 0:
+            self.endpoints = with_backlog(self.endpoints, listen_backlog)
         self.ports: list = []
         self.bind_failed = False
         # Called by daphne once its factories exist and before the reactor runs.

@@ -208,6 +208,29 @@ def test_a_port_already_taken_ends_the_server_with_an_error(tmp_path):
     assert time.monotonic() - started < 30  # it gives up (~2 s to start and fail), it does not retry the port
 
 
+def listen_backlog(port: int) -> int | None:
+    """The backlog of the socket listening on this port (ss's Send-Q for a listener), None if none listens."""
+    lines = subprocess.run(["ss", "-Hltn", f"sport = :{port}"], capture_output=True, text=True, check=True).stdout
+    return int(lines.split()[2]) if lines.strip() else None
+
+
+def test_a_port_the_server_opens_holds_a_bursts_connections(tmp_path):
+    # Twisted listens with a backlog of 50: a burst's 51st connection waited a second for its SYN to be sent again.
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {**os.environ, "DATABASE_URL": f"sqlite:///{tmp_path}/db.sqlite3", "DEMO_UPSTREAM": "0"}
+    command = [sys.executable, "-m", "chatsite.server", "-b", "127.0.0.1", "-p", str(port), "chatsite.asgi:application"]
+    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert wait_until(lambda: listen_backlog(port) is not None or process.poll() is not None, 60)
+        somaxconn = int(open("/proc/sys/net/core/somaxconn").read())
+        assert listen_backlog(port) == min(settings.LISTEN_BACKLOG, somaxconn) > 50
+    finally:
+        process.terminate()
+        process.wait(30)
+
+
 def test_every_request_has_one_access_line(server):
     """Twisted's own access line is no longer built (chatsite/server.py); the access log has one line a request."""
     path = f"/no-such-page-{os.getpid()}-{time.monotonic_ns()}"

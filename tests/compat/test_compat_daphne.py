@@ -33,6 +33,17 @@ DaphneServer = daphne.server.Server
 # --- daphne's server ---------------------------------------------------------------------
 
 
+def test_ports_the_server_opens_get_the_backlog_and_passed_sockets_keep_theirs():
+    endpoints = ["tcp:port=8000:interface=127.0.0.1", "unix:/run/chat.sock", "fd:fileno=3", "tcp:port=1:backlog=9"]
+    assert compat.with_backlog(endpoints, 2048) == [
+        "tcp:port=8000:interface=127.0.0.1:backlog=2048", "unix:/run/chat.sock:backlog=2048", "fd:fileno=3",
+        "tcp:port=1:backlog=9",
+    ]  # fmt: skip
+    assert compat.Server(application=None, endpoints=endpoints[:1], listen_backlog=7).endpoints == [
+        "tcp:port=8000:interface=127.0.0.1:backlog=7"
+    ]
+
+
 def test_the_servers_methods_overridden_and_read_are_the_ones_read():
     assert_unchanged(DaphneServer.__init__, "e090af1e2673d44f", RELIED_ON_BY)  # ready_callable
     assert_unchanged(DaphneServer.run, "447c6bd42c62e98c", RELIED_ON_BY)  # http_factory, the shutdown trigger
