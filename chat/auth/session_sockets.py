@@ -86,12 +86,12 @@ def notify_user(user_id: int, ended_session: str | None = None) -> None:
 def on_logged_out(sender, request, user, **kwargs) -> None:
     if user is None or user.pk is None:
         return
-    session = getattr(request, "session", None)
-    ended = getattr(session, "session_key", None)
-    if session is not None:
-        # Django flushes the session only after this signal. A tab that the 4401 sends to
-        # the sign-in page must not find it still signed in (and be bounced back to the chat).
-        session.flush()
+    ended = getattr(getattr(request, "session", None), "session_key", None)
+    if ended:
+        # Django flushes the session only after this signal. A tab that the 4401 sends to the
+        # sign-in page must not find it still signed in (and be bounced back to the chat); the
+        # request's own session object is left to that flush and to the other receivers.
+        import_module(settings.SESSION_ENGINE).SessionStore(ended).delete()
     notify_user(user.pk, ended)
 
 

@@ -167,15 +167,18 @@ def test_sign_out_ends_the_session_before_its_sockets_are_told(client, alice, mo
     # Django sends user_logged_out before it flushes the session. A tab sent to the sign-in page by
     # the 4401 that still found the session there was bounced back to the chat, then to ?next=/.
     from chat.auth import session_sockets
+    from chat.ws import overload
 
     client.force_login(alice)
     key = client.session.session_key
+    overload.users.entries[key] = "cached for new sockets"
     store = import_module(settings.SESSION_ENGINE).SessionStore()
     told = []
     notify = session_sockets.notify_user
     monkeypatch.setattr(session_sockets, "notify_user", lambda *a: told.append((a, store.exists(key))) or notify(*a))
     assert client.post("/accounts/logout/").status_code == 302
     assert told == [((alice.pk, key), False)]
+    assert key not in overload.users.entries  # the other receivers still see the session's key
 
 
 async def test_a_password_change_closes_the_other_sessions_sockets_and_keeps_the_changing_one(browsers, alice):
