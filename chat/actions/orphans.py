@@ -24,7 +24,8 @@ from chat.models.workers import INTERRUPTED_ERROR
 from chat.runtime import db_threads, metrics, process_loops
 from chat.runtime.failures import FailureStreak
 from chat.streaming import upstream
-from chat.streaming.generation import running_generation, running_messages, send_done
+from chat.streaming.frames import send_done
+from chat.streaming.generation import running_generation, running_messages
 
 log = logging.getLogger(__name__)
 

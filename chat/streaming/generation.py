@@ -17,7 +17,6 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import transaction
@@ -30,6 +29,15 @@ from chat.metering import metered_streams
 from chat.models import Conversation, Message, Usage, fit, update_row
 from chat.runtime import db_threads, metrics, process_loops
 from chat.streaming import tool_loop, tool_rounds, upstream
+from chat.streaming.frames import (
+    MAX_FRAME_CHARS,
+    conversation_group,
+    frame,
+    merge_deltas,
+    send_done,
+    snapshot_frames,
+    split_text,
+)
 from chat.streaming.providers import open_provider_stream, stream_state
 from chat.streaming.relay import prompt_chars
 from chat.streaming.tool_catalog import ToolSpec
@@ -49,101 +57,6 @@ def _nothing_after(conversation_id: int, message_id: int) -> None:
 
 # What runs in the background after a complete answer: ChatConfig.ready() connects the titles to it.
 after_complete: Callable[[int, int], Coroutine[Any, Any, Any] | None] = _nothing_after
-
-
-def conversation_group(conversation_id: int) -> str:
-    """The sockets watching a conversation."""
-    return f"chat.conversation.{conversation_id}"
-
-
-def frame(**fields: Any) -> str:
-    """A websocket frame, encoded once however many sockets receive it."""
-    return orjson.dumps(fields).decode()
-
-
-def snapshot_frame(conversation: int, message: int, content: str, reasoning: str, status: str, model: str,
-                   seq: int | None, tool_rounds: list | None = None) -> str:  # fmt: skip
-    """The text of a reply so far; seq is the last delta it includes (None: read from the database)."""
-    rounds = {"tool_rounds": tool_rounds} if tool_rounds else {}  # only on an answer that called tools
-    return frame(
-        type="snapshot", conversation=conversation, message=message, content=content, reasoning=reasoning,
-        status=status, model=model, seq=seq, **rounds,
-    )  # fmt: skip
-
-
-# Characters of text in one frame. Daphne drops a socket that is sent a frame over 1 MiB,
-# and JSON escaping can make a character six bytes ("\u001f"): 128 Ki characters stay under it.
-MAX_FRAME_CHARS = 128 * 1024
-
-
-def split_text(reasoning: str, content: str, size: int = MAX_FRAME_CHARS) -> list[tuple[str, str]]:
-    """(reasoning, content) pieces of at most `size` characters together, reasoning first; at least one."""
-    parts: list[tuple[str, str]] = []
-    r = c = 0
-    while r < len(reasoning) or c < len(content) or not parts:
-        reasoning_part = reasoning[r : r + size]
-        r += len(reasoning_part)
-        room = size - len(reasoning_part)
-        content_part = content[c : c + room] if room else ""
-        c += len(content_part)
-        parts.append((reasoning_part, content_part))
-    return parts
-
-
-def snapshot_frames(conversation: int, message: int, content: str, reasoning: str, status: str, model: str,
-                    seq: int | None, tool_rounds: list | None = None) -> list[str]:  # fmt: skip
-    """snapshot_frame() cut into frames a socket can take: a `snapshot` with `more: true`
-    followed by `snapshot_part` frames whose text is appended, the last with `more: false`."""
-    parts = split_text(reasoning, content)
-    if len(parts) == 1:
-        return [snapshot_frame(conversation, message, content, reasoning, status, model, seq, tool_rounds)]
-    texts = []
-    for index, (reasoning_part, content_part) in enumerate(parts):
-        more = index < len(parts) - 1
-        if index == 0:
-            texts.append(frame(
-                type="snapshot", conversation=conversation, message=message, content=content_part,
-                reasoning=reasoning_part, status=status, model=model, seq=seq, more=more,
-                **({"tool_rounds": tool_rounds} if tool_rounds else {}),
-            ))  # fmt: skip
-        else:
-            fields: dict[str, Any] = {"type": "snapshot_part", "message": message, "more": more}
-            if content_part:
-                fields["content"] = content_part
-            if reasoning_part:
-                fields["reasoning"] = reasoning_part
-            texts.append(frame(**fields))
-    return texts
-
-
-async def send_done(conversation: int, message: int, status: str, finish_reason: str | None,
-                    usage: dict | None, error: str, *, thinking_ms: int | None = None,
-                    tool_calls: list | None = None) -> None:  # fmt: skip
-    """The `done` frame to every socket watching the conversation."""
-    text = frame(
-        type="done", message=message, conversation=conversation, status=status, finish_reason=finish_reason,
-        usage=usage, error=error or None, thinking_ms=thinking_ms, tool_calls=tool_calls or None,
-    )  # fmt: skip
-    # Never waits on Redis: after the deltas, in order, whenever it answers (chat/runtime/channel_layers.py).
-    get_channel_layer().post_to_group(
-        conversation_group(conversation), {"type": "chat.done", "message": message, "text": text}
-    )
-
-
-def merge_deltas(first: dict, then: dict) -> dict | None:
-    """Two `chat.delta` messages of one reply as one (the later seq, the text of both); None when they do not fit."""
-    if first.get("type") != "chat.delta" or then.get("type") != "chat.delta" or first["message"] != then["message"]:
-        return None
-    a, b = orjson.loads(first["text"]), orjson.loads(then["text"])
-    content, reasoning = a.get("content", "") + b.get("content", ""), a.get("reasoning", "") + b.get("reasoning", "")
-    if len(content) + len(reasoning) > MAX_FRAME_CHARS:
-        return None
-    fields: dict[str, Any] = {"type": "delta", "message": b["message"], "seq": b["seq"]}
-    if content:
-        fields["content"] = content
-    if reasoning:
-        fields["reasoning"] = reasoning
-    return {**then, "text": frame(**fields)}
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from chat.runtime import channel_layers, control, db_busy, db_threads, metrics, 
 from chat.runtime.failures import FailureStreak
 from chat.streaming import generation
 from chat.streaming.catalog import cached_catalog, resolve_in, with_catalog
-from chat.streaming.generation import conversation_group, frame, snapshot_frames
+from chat.streaming.frames import conversation_group, frame, snapshot_frames
 from chat.ws.language import language_from_scope
 from chat.ws.overload import DATABASE_DOWN, DATABASE_UNAVAILABLE
 

@@ -8,7 +8,7 @@ import redis
 from channels.exceptions import ChannelFull
 
 from chat.runtime.channel_layers import LocalChannelLayer, RedisChannelLayer
-from chat.streaming.generation import frame, merge_deltas
+from chat.streaming.frames import frame, merge_deltas
 from tests.proxy import proxy_for, via
 from tests.services import REDIS_URL, redis_prefix
 

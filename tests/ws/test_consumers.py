@@ -10,6 +10,7 @@ from django.test import override_settings
 from chat.models import Conversation, Message, Usage
 from chat.runtime import process_loops
 from chat.streaming import generation
+from chat.streaming.frames import MAX_FRAME_CHARS, send_done, snapshot_frames
 from tests.conftest import MODELS
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -577,7 +578,7 @@ async def test_attach_when_the_stream_ends_before_its_snapshot_sends_the_saved_t
     assert (await ws.receive())["message"] == reply.pk  # attached; no generation answers the snapshot request
     reply.status, reply.content = "interrupted", "saved text, final"
     await reply.asave()
-    await generation.send_done(conversation.pk, reply.pk, "interrupted", None, None, "gone")
+    await send_done(conversation.pk, reply.pk, "interrupted", None, None, "gone")
     snapshot, done = await ws.receive(), await ws.receive()
     assert snapshot == {
         "type": "snapshot",
@@ -617,7 +618,7 @@ def test_a_long_snapshot_is_cut_into_frames_under_the_limit():
     import orjson
 
     content, reasoning = "\x01" * 300_000 + "✓" * 100_000, "é" * 200_000  # \x01 grows sixfold in JSON
-    texts = generation.snapshot_frames(1, 2, content, reasoning, "streaming", "m", 7)
+    texts = snapshot_frames(1, 2, content, reasoning, "streaming", "m", 7)
     frames = [orjson.loads(text) for text in texts]
     assert max(len(text.encode()) for text in texts) < 1024 * 1024
     assert frames[0]["type"] == "snapshot" and frames[0]["seq"] == 7 and frames[0]["more"] is True
@@ -626,7 +627,7 @@ def test_a_long_snapshot_is_cut_into_frames_under_the_limit():
     assert "".join(f.get("content", "") for f in frames) == content
     assert "".join(f.get("reasoning", "") for f in frames) == reasoning
     # a short one stays one plain frame, without `more`
-    assert [orjson.loads(t) for t in generation.snapshot_frames(1, 2, "hi", "", "complete", "m", None)] == [
+    assert [orjson.loads(t) for t in snapshot_frames(1, 2, "hi", "", "complete", "m", None)] == [
         {"type": "snapshot", "conversation": 1, "message": 2, "content": "hi", "reasoning": "", "status": "complete",
          "model": "m", "seq": None}
     ]  # fmt: skip
@@ -638,8 +639,8 @@ async def test_a_huge_upstream_chunk_becomes_several_deltas(connect, alice, prov
         await ws.send(type="send", conversation=None, content="[[chunks:3]] [[size:400000]]", model="claude-sonnet-5")
         frames = await ws.until("done", timeout=60)
     deltas = [f for f in frames if f["type"] == "delta"]
-    assert frames[-1]["status"] == "complete" and len(deltas) > 1_200_000 // generation.MAX_FRAME_CHARS
-    assert max(len(d.get("content", "")) + len(d.get("reasoning", "")) for d in deltas) <= generation.MAX_FRAME_CHARS
+    assert frames[-1]["status"] == "complete" and len(deltas) > 1_200_000 // MAX_FRAME_CHARS
+    assert max(len(d.get("content", "")) + len(d.get("reasoning", "")) for d in deltas) <= MAX_FRAME_CHARS
     assert [d["seq"] for d in deltas] == list(range(1, len(deltas) + 1))
     reply = await Message.objects.aget(pk=frames[0]["message"])
     assert reply.content == joined(frames, "content") and len(reply.content) == 1_200_000
