@@ -19,12 +19,14 @@ def frame(**fields: Any) -> str:
 
 
 def snapshot_frame(conversation: int, message: int, content: str, reasoning: str, status: str, model: str,
-                   seq: int | None, tool_rounds: list | None = None) -> str:  # fmt: skip
-    """The text of a reply so far; seq is the last delta it includes (None: read from the database)."""
+                   seq: int | None, tool_rounds: list | None = None, **more: bool) -> str:  # fmt: skip
+    """The text of a reply so far; seq is the last delta it includes (None: read from the database).
+
+    `more=True`: the first of several frames (snapshot_frames)."""
     rounds = {"tool_rounds": tool_rounds} if tool_rounds else {}  # only on an answer that called tools
     return frame(
         type="snapshot", conversation=conversation, message=message, content=content, reasoning=reasoning,
-        status=status, model=model, seq=seq, **rounds,
+        status=status, model=model, seq=seq, **more, **rounds,
     )  # fmt: skip
 
 
@@ -58,10 +60,8 @@ def snapshot_frames(conversation: int, message: int, content: str, reasoning: st
     for index, (reasoning_part, content_part) in enumerate(parts):
         more = index < len(parts) - 1
         if index == 0:
-            texts.append(frame(
-                type="snapshot", conversation=conversation, message=message, content=content_part,
-                reasoning=reasoning_part, status=status, model=model, seq=seq, more=more,
-                **({"tool_rounds": tool_rounds} if tool_rounds else {}),
+            texts.append(snapshot_frame(
+                conversation, message, content_part, reasoning_part, status, model, seq, tool_rounds, more=more
             ))  # fmt: skip
         else:
             fields: dict[str, Any] = {"type": "snapshot_part", "message": message, "more": more}
