@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import aiohttp
 import httpx
@@ -224,7 +225,7 @@ def test_a_port_the_server_opens_holds_a_bursts_connections(tmp_path):
     process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         assert wait_until(lambda: listen_backlog(port) is not None or process.poll() is not None, 60)
-        somaxconn = int(open("/proc/sys/net/core/somaxconn").read())
+        somaxconn = int(Path("/proc/sys/net/core/somaxconn").read_text())
         assert listen_backlog(port) == min(settings.LISTEN_BACKLOG, somaxconn) > 50
     finally:
         process.terminate()
