@@ -22,7 +22,7 @@ from chat.metering.budgets import price_unpriced
 from chat.models import Message, Usage, Worker
 from chat.models.workers import INTERRUPTED_ERROR
 from chat.runtime import db_threads, metrics, process_loops
-from chat.runtime.failures import FailureStreak
+from chat.runtime.failures import FailureStreak, stop_if_cancelled
 from chat.streaming import upstream
 from chat.streaming.frames import send_done
 from chat.streaming.generation import running_generation, running_messages
@@ -134,6 +134,7 @@ async def sweep_own_forever(process: process_loops.Process) -> None:
     find, end = db_threads.run(own_orphans), db_threads.run(end_own_orphans)
     streak = FailureStreak("own orphan sweep failed", "own orphan sweep works again")
     while True:
+        stop_if_cancelled()
         await asyncio.sleep(OWN_ORPHAN_SWEEP_SECONDS)
         try:
             ids = [pk for pk in await find(process.worker_id) if running_generation(pk) is None]
@@ -177,6 +178,7 @@ async def sweep_forever(process: process_loops.Process) -> None:
     sweep = database_sync_to_async(recover_orphans, thread_sensitive=False)
     loop, streak = asyncio.get_running_loop(), FailureStreak("orphan sweep failed", "orphan sweep works again")
     while True:
+        stop_if_cancelled()
         await asyncio.sleep(settings.CHAT_LEASE_SECONDS / 4)
         # After an outage every lease looks expired: give the others one lease to renew theirs first.
         if process.renewed_since is None or loop.time() - process.renewed_since < settings.CHAT_LEASE_SECONDS:

@@ -26,6 +26,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from chat.compat.channels import InMemoryLayer
 from chat.compat.channels_redis import ChannelsRedisLayer
 from chat.runtime import metrics
+from chat.runtime.failures import stop_if_cancelled
 
 CLEAN_EVERY = 1.0
 POP_BATCH = 500
@@ -265,6 +266,7 @@ class RedisChannelLayer(ChannelsRedisLayer):
         """Every message for this process's channels, into their inboxes; survives Redis errors."""
         failures = 0
         while True:
+            stop_if_cancelled()
             try:
                 if failures:  # reachable again? say so now, not after a blocking pop's 5 s
                     await self.connection_for(self.process_prefix).ping()
@@ -291,6 +293,7 @@ class RedisChannelLayer(ChannelsRedisLayer):
         waiting: list[_Post] = []
         failures = 0
         while True:
+            stop_if_cancelled()
             if not waiting:
                 if not self._outbox:
                     self._posted.clear()
@@ -339,6 +342,7 @@ class RedisChannelLayer(ChannelsRedisLayer):
         every = max(1.0, min(self.group_expiry / 4, 30.0))
         renewed = time.monotonic()
         while True:
+            stop_if_cancelled()
             await asyncio.sleep(1.0)
             if self._unsynced:
                 await self._sync_memberships()

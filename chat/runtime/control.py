@@ -23,7 +23,7 @@ from django.conf import settings
 
 from chat.models import Message, Worker
 from chat.runtime import db_threads, process_loops
-from chat.runtime.failures import FailureStreak
+from chat.runtime.failures import FailureStreak, stop_if_cancelled
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +72,7 @@ async def listen_forever(process: process_loops.Process) -> None:
     layer = get_channel_layer()
     streak = FailureStreak("control listener: cannot receive", "control listener: receiving again")
     while True:
+        stop_if_cancelled()
         try:
             request = await layer.receive(process.channel)
         except Exception as exc:

@@ -9,6 +9,19 @@ from collections.abc import Awaitable, Callable
 log = logging.getLogger(__name__)
 
 
+def stop_if_cancelled() -> None:
+    """Raise CancelledError in a forever-loop whose task was cancelled, even if the cancellation was lost.
+
+    On Python 3.11, asyncio.wait_for returns its inner future's result when the cancellation comes
+    as that future ends (python/cpython#86296, fixed in 3.12), and redis-py's writes go through it:
+    the loop went on, and whoever awaited its end (a shutdown, a test's event loop) waited forever.
+    The task's cancelling() count still says it was asked to stop.
+    """
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
+
+
 class FailureStreak:
     """A loop's run of failures: one line at the first, one when it ends."""
 
@@ -32,6 +45,7 @@ async def every(
     """Await `step()` forever, `interval(failures so far)` seconds apart; a failure is logged and retried."""
     streak = FailureStreak(failing, again)
     while True:
+        stop_if_cancelled()
         await asyncio.sleep(interval(streak.failures))
         try:
             await step()

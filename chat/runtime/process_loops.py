@@ -25,7 +25,7 @@ from django.conf import settings
 from django.db import connection
 
 from chat.models import Worker
-from chat.runtime.failures import FailureStreak, every
+from chat.runtime.failures import FailureStreak, every, stop_if_cancelled
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +119,7 @@ async def _renew_forever(process: Process) -> None:
     renew = database_sync_to_async(Worker.renew, thread_sensitive=False)
     loop, streak = asyncio.get_running_loop(), FailureStreak("cannot renew this process's lease", "lease renewed again")
     while True:
+        stop_if_cancelled()
         await asyncio.sleep(settings.CHAT_LEASE_SECONDS / 4)
         try:
             if not await renew(process.worker_id, process.channel):

@@ -140,6 +140,31 @@ async def test_live_group_memberships_are_renewed_and_dead_ones_expire(prefix):
     client.close()
 
 
+async def test_the_layers_loops_end_when_cancelled_even_if_redis_py_loses_the_cancellation(prefix):
+    # On Python 3.11 asyncio.wait_for, under redis-py's writes, can return normally when cancelled
+    # (python/cpython#86296): the reader went on and a test's event loop waited for it forever.
+    layer = redis_layer(prefix)
+    popping = asyncio.Event()
+
+    async def pop_that_loses_a_cancellation(most: int) -> list[bytes]:
+        popping.set()
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            pass
+        return []
+
+    layer.pop_process_messages = pop_that_loses_a_cancellation
+    await layer.new_channel()
+    receiving = asyncio.create_task(layer.receive(await layer.new_channel()))  # starts the layer's tasks
+    await popping.wait()
+    loops = [layer._reader, layer._sender, layer._keeper]
+    for task in [*loops, receiving]:
+        task.cancel()
+    done, pending = await asyncio.wait(loops, timeout=10)
+    assert not pending and all(task.cancelled() for task in done)
+
+
 async def test_posts_read_a_groups_members_once_a_second_not_once_a_message(prefix):
     sender, layer = redis_layer(prefix), redis_layer(prefix)
     channel = await layer.new_channel()

@@ -13,6 +13,7 @@ import pytest
 from django.db import OperationalError
 
 from chat.runtime import process_loops
+from chat.runtime.failures import every
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -67,6 +68,24 @@ async def test_the_checkpoint_loop_logs_a_failure_and_goes_on(monkeypatch, caplo
         task.cancel()
     assert "cannot checkpoint SQLite's write-ahead log (disk I/O error); retrying" in caplog.text
     assert "checkpointed again after 1 failure(s)" in caplog.text
+
+
+async def step_that_loses_a_cancellation(started: asyncio.Event) -> None:
+    """A step whose library returns normally when cancelled, as asyncio.wait_for can on Python 3.11."""
+    started.set()
+    try:
+        await asyncio.sleep(10)
+    except asyncio.CancelledError:
+        return
+
+
+async def test_a_loop_whose_step_loses_the_cancellation_still_ends():
+    started = asyncio.Event()
+    task = asyncio.create_task(every(lambda _: 0, lambda: step_that_loses_a_cancellation(started), "x", "y"))
+    await started.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, 10)
 
 
 async def test_a_serving_process_on_sqlite_runs_the_loops():
