@@ -10,7 +10,9 @@ on the machine falls on all of them alike. Per system and path it measures:
 - time to first token (request sent -> first content chunk received) and per-chunk latency
   (the upstream stamps each piece with its send time), p50/p95/p99, and what each adds over the
   direct path at the same concurrency;
-- one-token requests a second, and the server's CPU per stream start (its process CPU clock);
+- one-token requests a second, and the server's CPU per stream start (its process CPU clock), and
+  for ours-pg PostgreSQL's (every `postgres` process on this machine, in clock ticks): on a small
+  machine the database's backends take their CPU from the same cores;
 - server CPU per chunk: the run's CPU less that of as many one-chunk streams at once (their
   starts, sockets and ends, at the same concurrency), over the chunks more they delivered;
 - the server's CPU to open and close a chat websocket;
@@ -379,16 +381,32 @@ async def one_token_rate(one, pid: int | None, requests: int, concurrency: int, 
 
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
         cpu, wall = (cpu_seconds(pid) if pid else 0.0), time.perf_counter()
+        database = postgres_cpu_seconds()
         await asyncio.gather(*(worker(session) for _ in range(concurrency)))
         cpu = (cpu_seconds(pid) - cpu) if pid else None
+        database = postgres_cpu_seconds() - database
         wall = time.perf_counter() - wall
     return {
         "requests": requests,
         "per_second": requests / wall,
         "cpu_ms_per_request": cpu / requests * 1000 if cpu is not None else None,
+        "postgres_cpu_ms_per_request": database / requests * 1000,
         "failed": run.failed,
         "errors": run.errors,
     }
+
+
+def postgres_cpu_seconds() -> float:
+    """CPU time of this machine's PostgreSQL processes (its backends and its own), in clock ticks; 0 without it."""
+    total = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            name, fields = stat.read_text().split(" (", 1)[1].rsplit(") ", 1)
+        except (OSError, IndexError, ValueError):  # ended while read
+            continue
+        if name == "postgres":
+            total += sum(int(field) for field in fields.split()[11:13])
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 async def websocket_connects(stack: Stack, pid: int, count: int, concurrency: int) -> float:
@@ -499,10 +517,15 @@ def print_table(report: dict) -> None:
             )
             + " |"
         )
-    print("\n| system | one-token requests/s | server CPU ms per stream start | failed |\n|---|---|---|---|")
+    print(
+        "\n| system | one-token requests/s | server CPU ms per stream start | PostgreSQL's CPU ms per start | failed |"
+        "\n|---|---|---|---|---|"
+    )
     for row in report["one_token"]:
+        database = row.get("postgres_cpu_ms_per_request") if row["system"].startswith("ours-pg") else None
         print(
-            f"| {row['system']} | {row['per_second']:.0f} | {fmt(row['cpu_ms_per_request'], '.2f')} | {row['failed']} |"
+            f"| {row['system']} | {row['per_second']:.0f} | {fmt(row['cpu_ms_per_request'], '.2f')} | "
+            f"{fmt(database, '.2f')} | {row['failed']} |"
         )
     if "websocket_connect_cpu_ms" in report:
         print(f"\nServer CPU to open and close a chat websocket: {report['websocket_connect_cpu_ms']:.2f} ms "
@@ -561,7 +584,8 @@ async def run_all(stack: Stack, args, beside: Stack | None = None) -> dict:
             rate = await one_token_rate(one, system_pid, args.requests, args.rate_concurrency, socket)
             rates[name].append(rate)
             print(
-                f"one-token {name}: {rate['per_second']:.0f}/s, CPU {fmt(rate['cpu_ms_per_request'], '.2f')} ms",
+                f"one-token {name}: {rate['per_second']:.0f}/s, CPU {fmt(rate['cpu_ms_per_request'], '.2f')} ms"
+                + (f", PostgreSQL's {rate['postgres_cpu_ms_per_request']:.2f}" if name.startswith("ours-pg") else ""),
                 flush=True,
             )
         connects.append(await websocket_connects(stack, pid, args.requests, args.rate_concurrency))
