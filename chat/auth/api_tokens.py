@@ -12,7 +12,9 @@ from django.db.models.signals import post_save
 from django.dispatch import receiver
 from django.utils import timezone
 
-from chat.models import Access, ApiToken, access_of
+from chat.models import ApiToken
+from chat.models.access import access_from, access_reads
+from chat.models.base import Read, read_together
 from chat.runtime import control, db_busy, db_threads
 
 log = logging.getLogger(__name__)
@@ -86,10 +88,13 @@ def _user_saved(sender, instance, **kwargs) -> None:
     forget_tokens(user_id=instance.pk)
 
 
-def caller(secret: str) -> tuple[ApiToken, Access] | None:
-    """The token (cached) and what its owner may use, in one trip to a worker thread."""
+def caller(secret: str, *more: Read) -> tuple | None:
+    """The token (cached), what its owner may use and what `more` reads, in one round trip: (token, Access, *more's)."""
     token = cached_token_for(secret)
-    return None if token is None else (token, access_of(token.user))
+    if token is None:
+        return None
+    rules, groups, *found = read_together([*access_reads(token.user), *more])
+    return token, access_from(token.user, rules, groups), *found
 
 
 def touch_last_used(token: ApiToken) -> None:

@@ -22,7 +22,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from chat.metering import budgets, limits, stream_metrics
-from chat.models.base import Status, insert_row, update_row
+from chat.models.base import Read, Status, insert_row, read_together, update_row
 from chat.models.providers import Provider
 from chat.models.usage import Usage
 
@@ -105,39 +105,23 @@ def settle(pk: int, fields: dict[str, Any], row: dict[str, Any] | None = None) -
 
 
 def _locked_reads(user_id: int, reads: list[tuple[str, list]]) -> list[list[tuple]]:
-    """Lock the person's row (see _lock_person), then run `reads`, each a statement of its own; their rows.
+    """Lock the person's row (see _lock_sql), then run `reads`, each a statement of its own; their rows.
 
-    On PostgreSQL in one round trip (psycopg's pipeline: the transaction's BEGIN, the lock and the
-    reads sent together), since the row stays locked until the start's commit, and every round
-    trip under it, with the wait for the interpreter's lock that follows each one in a busy
-    process, is one that every other start of the person waits for. Each statement takes its
-    own snapshot after the one before it ends: the reads see the start the lock waited for.
+    In one round trip on PostgreSQL (read_together: the transaction's BEGIN, the lock and the reads
+    sent together), since the row stays locked until the start's commit, and every round trip under
+    it is one that every other start of the person waits for. Each statement takes its own snapshot
+    after the one before it ends: the reads see the start the lock waited for. SQLite has no row
+    locks; its IMMEDIATE transactions already serialise writers.
     """
-    if connection.vendor != "postgresql":
-        _lock_person(user_id)
-        found = []
-        with connection.cursor() as cursor:
-            for sql, params in reads:
-                cursor.execute(sql, params)
-                found.append(cursor.fetchall())
-        return found
-    connection.ensure_connection()
-    # Django's cursors (its error wrapping, its query log) on psycopg's pipeline: each execute is only queued,
-    # the first fetch sends them all and waits for all.
-    with connection.wrap_database_errors, connection.connection.pipeline():
-        cursors = [connection.cursor() for _ in range(len(reads) + 2)]
-        try:
-            # The start's commit does not wait for its WAL to reach the disk, as SQLite's (WAL, synchronous=NORMAL)
-            # does not: it waited under the lock, every start of the person after it. A crash of the database's
-            # machine may lose the last moment's starts, never corrupt; a stream's final save still waits.
-            cursors[0].execute("SET LOCAL synchronous_commit TO OFF")
-            cursors[1].execute(_lock_sql(), [user_id])
-            for cursor, (sql, params) in zip(cursors[2:], reads, strict=True):
-                cursor.execute(sql, params)
-            return [cursor.fetchall() for cursor in cursors[2:]]
-        finally:
-            for cursor in cursors:
-                cursor.close()
+    first = []
+    if connection.vendor == "postgresql":
+        # The start's commit does not wait for its WAL to reach the disk, as SQLite's (WAL, synchronous=NORMAL)
+        # does not: it waited under the lock, every start of the person after it. A crash of the database's
+        # machine may lose the last moment's starts, never corrupt; a stream's final save still waits.
+        first.append(Read("SET LOCAL synchronous_commit TO OFF", []))
+    if connection.features.has_select_for_update:
+        first.append(Read(_lock_sql(), [user_id]))
+    return read_together([*first, *(Read(sql, params) for sql, params in reads)])[len(first) :]
 
 
 def _lock_sql() -> str:
@@ -147,16 +131,3 @@ def _lock_sql() -> str:
     mode = "NO KEY UPDATE" if connection.features.has_select_for_no_key_update else "UPDATE"
     users, quote = get_user_model()._meta, connection.ops.quote_name
     return f"SELECT 1 FROM {quote(users.db_table)} WHERE {quote(users.pk.column)} = %s FOR {mode}"
-
-
-def _lock_person(user_id: int) -> None:
-    """Hold the person's row until the transaction ends, so that their starts run one at a time.
-
-    A statement of its own, before the limits' and the budget's reads: read after the lock is
-    had, they see the row of the start it waited for. SQLite has no row locks; its IMMEDIATE
-    transactions already serialise writers.
-    """
-    if not connection.features.has_select_for_update:
-        return
-    with connection.cursor() as cursor:
-        cursor.execute(_lock_sql(), [user_id])

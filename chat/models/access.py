@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from django.contrib.auth.models import Group
 from django.db import connection, models
 
-from chat.models.base import MODEL_MAX_LENGTH
+from chat.models.base import MODEL_MAX_LENGTH, Read, read_together
 
 
 class ModelAccess(models.Model):
@@ -79,36 +79,47 @@ class Access:
 
 
 def access_of(user) -> Access:
-    """The limits as they apply to `user`, in two statements: every rule with its groups; their groups' defaults.
+    """The limits as they apply to `user`, in one round trip (see access_reads)."""
+    return access_from(user, *read_together(access_reads(user)))
+
+
+def access_reads(user) -> list[Read]:
+    """The two statements access_from() needs: every rule with its groups; the person's groups, with their defaults.
 
     Plain SQL: it runs on every `/v1` request, where compiling the ORM's queries cost more than running them.
+    A caller that reads more at the same moment reads these with it (read_together).
     """
     quote = connection.ops.quote_name
     links = ModelAccess.groups.through._meta
-    rules: dict[tuple[int, str], set[int]] = {}
     memberships = Group.user_set.through._meta.db_table
-    with connection.cursor() as cursor:
-        cursor.execute(
+    return [
+        Read(
             f"SELECT r.provider_id, r.model, l.group_id FROM {quote(ModelAccess._meta.db_table)} r "
-            f"LEFT JOIN {quote(links.db_table)} l ON l.modelaccess_id = r.id"
-        )
-        for provider_id, model, group_id in cursor.fetchall():
-            allowed = rules.setdefault((provider_id, model), set())
-            if group_id is not None:
-                allowed.add(group_id)
+            f"LEFT JOIN {quote(links.db_table)} l ON l.modelaccess_id = r.id",
+            [],
+        ),
         # The person's groups by name, with the defaults of those that have them.
-        cursor.execute(
+        Read(
             f"SELECT m.group_id, d.default_model, d.system_prompt, d.tools FROM {quote(memberships)} m "
             f"JOIN {quote(Group._meta.db_table)} g ON g.id = m.group_id "
             f"LEFT JOIN {quote(GroupDefaults._meta.db_table)} d ON d.group_id = m.group_id "
             "WHERE m.user_id = %s ORDER BY g.name",
             [user.pk],
-        )
-        rows = cursor.fetchall()
-    groups = frozenset(row[0] for row in rows)
-    default_model = next((row[1] for row in rows if row[1]), "")
-    system_prompt = next((row[2] for row in rows if row[2]), "")
-    tools = next((names for row in rows if (names := tool_names(row[3])) is not None), None)
+        ),
+    ]
+
+
+def access_from(user, rule_rows: list[tuple], group_rows: list[tuple]) -> Access:
+    """The Access made of the rows of access_reads()."""
+    rules: dict[tuple[int, str], set[int]] = {}
+    for provider_id, model, group_id in rule_rows:
+        allowed = rules.setdefault((provider_id, model), set())
+        if group_id is not None:
+            allowed.add(group_id)
+    groups = frozenset(row[0] for row in group_rows)
+    default_model = next((row[1] for row in group_rows if row[1]), "")
+    system_prompt = next((row[2] for row in group_rows if row[2]), "")
+    tools = next((names for row in group_rows if (names := tool_names(row[3])) is not None), None)
     return Access(
         everything=user.is_superuser,
         groups=groups,

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import connections, models
@@ -96,8 +98,63 @@ def columns_of(model: type[models.Model], using: str = "default") -> str:
     return ", ".join(quote(field.column) for field in model._meta.concrete_fields)
 
 
-def rows_of(model: type[models.Model], sql: str, params: list, using: str = "default") -> list:
-    """The model's instances from SQL selecting columns_of(model): a RawQuerySet without its work on every query.
+@dataclass(frozen=True)
+class Read:
+    """A statement and what to make of its rows, run alone (get()) or with others in one round trip (read_together)."""
+
+    sql: str
+    params: list | tuple
+    make: Callable[[list[tuple]], Any] = list
+
+    def get(self, using: str = "default") -> Any:
+        return read_together([self], using)[0]
+
+
+def read_together(reads: list[Read], using: str = "default") -> list:
+    """What each of `reads` makes of its rows; a statement without rows (a SET, a lock) gives [] to its make.
+
+    On PostgreSQL in one round trip (psycopg's pipeline: every statement sent, then every result
+    awaited), since they do not depend on each other: a stream's start reads a few such things, and
+    in a busy process each round trip is also a wait for the interpreter's lock. Each statement
+    still takes its own snapshot after the one before it ends. Elsewhere one after another.
+    """
+    connection = connections[using]
+    if connection.vendor != "postgresql" or len(reads) == 1:
+        found = []
+        with connection.cursor() as cursor:
+            for read in reads:
+                cursor.execute(read.sql, read.params)
+                found.append(cursor.fetchall() if cursor.description is not None else [])
+    else:
+        connection.ensure_connection()
+        # Django's cursors (its error wrapping, its query log) on the pipeline: each execute is only queued, and
+        # leaving the pipeline sends them all and takes every result into its cursor (a sync() first would
+        # cost a round trip more: leaving always syncs).
+        cursors = [connection.cursor() for _ in reads]
+        try:
+            with connection.wrap_database_errors:
+                with connection.connection.pipeline():
+                    for cursor, read in zip(cursors, reads, strict=True):
+                        cursor.execute(read.sql, read.params)
+                found = [cursor.fetchall() if cursor.description is not None else [] for cursor in cursors]
+        finally:
+            for cursor in cursors:
+                cursor.close()
+    return [read.make(rows) for read, rows in zip(reads, found, strict=True)]
+
+
+def rows_of(model: type[models.Model], sql: str, params: list | tuple, using: str = "default") -> list:
+    """The model's instances from SQL selecting columns_of(model): a RawQuerySet without its work on every query."""
+    return rows_read(model, sql, params, using).get(using)
+
+
+def rows_read(model: type[models.Model], sql: str, params: list | tuple, using: str = "default") -> Read:
+    """rows_of() as a Read, to run with others (read_together)."""
+    return Read(sql, params, functools.partial(instances_of, model, using=using))
+
+
+def instances_of(model: type[models.Model], rows: list[tuple], using: str = "default") -> list:
+    """The model's instances from rows of columns_of(model).
 
     RawQuerySet works out the columns, their order and their converters on every query; these
     are kept per model, since this runs on every stream's start or end.
@@ -113,9 +170,6 @@ def rows_of(model: type[models.Model], sql: str, params: list, using: str = "def
             if found:
                 converters.append((index, found, column))
         _converters[(model, using)] = converters  # whole: another database thread may read it at once
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        rows = cursor.fetchall()
     names = [field.attname for field in fields]
     instances = []
     for row in rows:

@@ -7,7 +7,7 @@ from django.db import connection, models
 from django.db.models import Q
 from django.utils import timezone
 
-from chat.models.base import MODEL_MAX_LENGTH, columns_of, rows_of
+from chat.models.base import MODEL_MAX_LENGTH, Read, columns_of, instances_of
 
 MAX_PRESET_TEXT = 20_000  # characters, as a message's system prompt (chat/lib/model_params.py)
 
@@ -81,16 +81,22 @@ class ChatDefaults(models.Model):
 
     @classmethod
     def of(cls, user) -> ChatDefaults:
-        """The person's defaults, unsaved and empty when they set none.
+        """The person's defaults, unsaved and empty when they set none."""
+        return cls.read_of(user).get()
 
-        Plain SQL: it runs on every new chat's start, where the ORM's building and compiling
-        of this one-row query costs more than running it.
-        """
+    @classmethod
+    def read_of(cls, user) -> Read:
+        """of() as a Read. Plain SQL: it runs on every new chat's start, where the ORM's building
+        and compiling of this one-row query costs more than running it."""
         quote = connection.ops.quote_name
         user_column = quote(cls._meta.get_field("user").column)
         sql = f"SELECT {columns_of(cls)} FROM {quote(cls._meta.db_table)} WHERE {user_column} = %s"
-        found = rows_of(cls, sql, [user.pk])
-        return found[0] if found else cls(user=user)
+
+        def made(rows: list[tuple]) -> ChatDefaults:
+            found = instances_of(cls, rows)
+            return found[0] if found else cls(user=user)
+
+        return Read(sql, [user.pk], made)
 
     def as_json(self) -> dict:
         fields = {"model": self.model, "temperature": self.temperature, "system_prompt": self.system_prompt}

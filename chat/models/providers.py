@@ -8,7 +8,7 @@ from typing import TypeVar
 from django.conf import settings
 from django.db import models
 
-from chat.models.base import rows_of
+from chat.models.base import Read, rows_read
 
 log = logging.getLogger(__name__)
 R = TypeVar("R")
@@ -30,13 +30,17 @@ class ProviderQuerySet(models.QuerySet):
         return self.filter(enabled=True)
 
     def enabled_list(self) -> list[Provider]:
-        """The enabled providers in order, by a statement compiled once per process: on every
-        stream start, compiling the ORM's query costs more than running it."""
+        """The enabled providers in order."""
+        return self.enabled_read().get(self.db)
+
+    def enabled_read(self) -> Read:
+        """enabled_list() as a Read, by a statement compiled once per process: on every stream start,
+        compiling the ORM's query costs more than running it."""
         global _enabled_sql
         if _enabled_sql is None:
             query = self.enabled().order_by("pk")
             _enabled_sql = query.query.get_compiler(query.db).as_sql()
-        return rows_of(Provider, *_enabled_sql)
+        return rows_read(Provider, *_enabled_sql, using=self.db)
 
     def sync_from_settings(self) -> Provider | None:
         """Create or update the provider named by UPSTREAM_* (or the demo one) at start-up."""

@@ -342,14 +342,14 @@ class MeteredRequest:
         is looked up in `catalog`, or in the model lists this process holds (ModelListNotCached if one is
         missing: the caller fetches them and calls again with the catalog).
         """
-        found = caller(secret)
+        found = caller(secret, *([Provider.objects.enabled_read()] if catalog is None else []))
         if found is None:
             raise Refused(unauthorized())
         if invalid is not None:
             raise Refused(HttpResponse(invalid.body(), status=invalid.status, content_type="application/json"))
-        token, access = found
+        token, access, *providers = found
         if catalog is None:
-            catalog = cached_catalog(Provider.objects.enabled_list())
+            catalog = cached_catalog(providers[0])
         try:
             entry = resolve_in(catalog, self.body["model"], access)
         except ChatError as exc:

@@ -26,7 +26,9 @@ from chat.lib.request_fields import (
     parse_tools,
 )
 from chat.metering.limits import FRAME_LIMIT_CLOSE_CODE, FrameLimiter
-from chat.models import ChatDefaults, ChatError, Conversation, Message, Provider, access_of
+from chat.models import ChatDefaults, ChatError, Conversation, Message, Provider
+from chat.models.access import access_from, access_reads
+from chat.models.base import Read, read_together
 from chat.runtime import channel_layers, control, db_busy, db_threads, metrics, process_loops
 from chat.runtime.failures import FailureStreak
 from chat.streaming import generation
@@ -56,13 +58,15 @@ def turn_inputs(user, conversation_id: int | None) -> tuple:
     An existing conversation's model (None: not this user's), a new chat's defaults (None for an
     existing one), what the user may use, and the enabled providers.
     """
-    stored = defaults = None
     if conversation_id is None:
-        defaults = ChatDefaults.of(user)
+        first = ChatDefaults.read_of(user)
     else:
-        models = Conversation.objects.owned_by(user).filter(pk=conversation_id).values_list("model", flat=True)
-        stored = models.first()
-    return stored, defaults, access_of(user), Provider.objects.enabled_list()
+        models = Conversation.objects.owned_by(user).filter(pk=conversation_id).values_list("model")
+        first = Read(*models.query.sql_with_params(), make=lambda rows: rows[0][0] if rows else None)
+    # In one round trip (read_together): they do not depend on each other.
+    found, rules, groups, providers = read_together([first, *access_reads(user), Provider.objects.enabled_read()])
+    stored, defaults = (None, found) if conversation_id is None else (found, None)
+    return stored, defaults, access_from(user, rules, groups), providers
 
 
 def open_turn(user, model: str | None, params: dict, catalog: list | None, *, conversation_id: int | None,

@@ -1,0 +1,110 @@
+"""Reads sent together (chat/models/base.py's read_together): each statement's rows made as asked, and on
+PostgreSQL in one round trip, which every stream start's reads (the /v1 caller, a turn's inputs, the lock) use."""
+
+import tempfile
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.db import connection, transaction
+from psycopg import pq
+
+from chat.auth.api_tokens import caller
+from chat.models import ApiToken, ChatDefaults, Provider
+from chat.models.base import Read, read_together
+from chat.ws.consumer import turn_inputs
+from tests.services import check_on_postgresql
+
+
+def round_trips(work) -> tuple[object, int]:
+    """What `work()` returns, and how many round trips it made to PostgreSQL (libpq's trace: a Sync, or a Query,
+    is where the client stops and waits for the server); on SQLite, (result, None)."""
+    if connection.vendor != "postgresql":
+        return work(), None
+    connection.ensure_connection()
+    pgconn = connection.connection.pgconn
+    with tempfile.TemporaryFile("w+") as trace:
+        pgconn.trace(trace.fileno())
+        pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS)
+        try:
+            result = work()
+        finally:
+            pgconn.untrace()
+        trace.seek(0)
+        sent = [line.split("\t")[2].strip() for line in trace if line.startswith("F\t")]
+    return result, sum(1 for message in sent if message in ("Sync", "Query"))
+
+
+def check_reads() -> None:
+    user = get_user_model().objects.create_user("dora")
+    ChatDefaults.objects.create(user=user, model="m", system_prompt="be brief")
+    Provider.objects.create(name="p", base_url="http://127.0.0.1:9/v1", api_key="k")
+    _, secret = ApiToken.issue(user, "tests")
+
+    found, trips = round_trips(
+        lambda: read_together(
+            [
+                Read("SELECT 1, %s", ["a"]),
+                Read("SELECT COUNT(*) FROM auth_user WHERE username = %s", ["dora"], make=lambda rows: rows[0][0]),
+                Read("SELECT 1 WHERE 1 = 0", []),  # no rows at all: its make gets []
+            ]
+        )
+    )
+    assert found == [[(1, "a")], 1, []]
+    assert trips in (None, 1)
+
+    # In a transaction, a statement without rows among them; psycopg sends the transaction's BEGIN on its own.
+    with transaction.atomic():
+        found, trips = round_trips(
+            lambda: read_together([Read("UPDATE auth_user SET last_name = '' WHERE 1 = 0", []), Read("SELECT 2", [])])
+        )
+    assert found == [[], [(2,)]]
+    assert trips in (None, 2)
+
+    # A /v1 start's caller: the person's access and the enabled providers (the token from the process's cache).
+    caller(secret)
+    (token, access, providers), trips = round_trips(lambda: caller(secret, Provider.objects.enabled_read()))
+    assert token.user == user and not access.everything and [p.name for p in providers] == ["p"]
+    assert trips in (None, 1)
+
+    # A new chat's inputs: the person's defaults, their access and the providers.
+    (stored, defaults, access, providers), trips = round_trips(lambda: turn_inputs(user, None))
+    assert stored is None and defaults.system_prompt == "be brief" and [p.name for p in providers] == ["p"]
+    assert trips in (None, 1)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_reads_together_make_each_statements_rows():
+    check_reads()
+
+
+def test_on_postgresql_reads_together_are_one_round_trip():
+    check_on_postgresql("chat_reads", "tests.models.test_reads", "check_reads")
+
+
+def test_the_trace_counts_each_statement_alone_as_a_round_trip():
+    """The counter itself: two statements run one after another are two round trips."""
+    check_on_postgresql("chat_reads_apart", "tests.models.test_reads", "check_apart")
+
+
+def check_apart() -> None:
+    def apart():
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+            cursor.execute("SELECT 2")
+
+    assert round_trips(apart)[1] == 2
+
+
+def check_prepared() -> None:
+    """A statement a connection has run five times is prepared on it, its values bound apart from its text."""
+    user = get_user_model().objects.create_user("erin")
+    for _ in range(6):
+        ChatDefaults.of(user)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        prepared = [row[0] for row in cursor.fetchall()]
+    assert any('FROM "chat_chatdefaults"' in statement and "= $1" in statement for statement in prepared), prepared
+
+
+def test_on_postgresql_the_statements_of_every_start_are_prepared():
+    check_on_postgresql("chat_prepared", "tests.models.test_reads", "check_prepared")
