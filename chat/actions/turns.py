@@ -24,7 +24,8 @@ from django.utils.translation import gettext as _
 from chat.actions.attachments import check_message, copy_within_quota
 from chat.lib.model_params import one_token_limit, token_limit
 from chat.metering import budgets, metered_streams
-from chat.models import Attachment, ChatError, Conversation, Message, Provider, Usage, insert_row, update_row
+from chat.models import Attachment, ChatError, Conversation, Message, Provider, Usage, insert_row
+from chat.models.base import update_read
 from chat.streaming import upstream
 from chat.streaming.catalog import CatalogEntry
 from chat.streaming.generation import Job
@@ -260,16 +261,18 @@ def _answer(request: TurnRequest, conversation: Conversation, user_message: Mess
         history.append({"role": Message.Role.USER, "content": CONTINUE_PROMPT})
     reply = _streaming_reply(request, conversation, user_message, continued, now)
     conversation.current_id = reply.pk
-    update_row(Conversation, conversation.pk, {
+    saved = update_read(Conversation, conversation.pk, {
         "current": reply, "model": conversation.model, "updated": now, "params": conversation.params,
         "system_prompt": conversation.system_prompt, "tools": conversation.tools,
     })  # fmt: skip
     if request.conversation_id is not None:  # an existing conversation: stamp the branch now shown
         conversation.messages.filter(pk__in=conversation.path_ids()).update(chosen=now)
     read = None
-    if not request.admitted:
+    if request.admitted:
+        saved.get()
+    else:  # the conversation's save goes with the lock and the start's reads, in one round trip on PostgreSQL
         read = metered_streams.admit(request.user, source=Usage.Source.CHAT, provider=entry.provider,
-                                     model=entry.model, now=now)  # fmt: skip
+                                     model=entry.model, now=now, before=saved)  # fmt: skip
     # The metered stream's start, last step (after admit()): reservation, usage row.
     usage = metered_streams.open_row(
         request.user, source=Usage.Source.CHAT, provider=entry.provider, model=entry.model,

@@ -28,17 +28,19 @@ from chat.models.usage import Usage
 
 
 def admit(user, *, source: str, token=None, check_limits: bool = True, provider: Provider | None = None,
-          model: str | None = None, now: datetime | None = None) -> list | None:  # fmt: skip
+          model: str | None = None, now: datetime | None = None,
+          before: Read | None = None) -> list | None:  # fmt: skip
     """A start's first step, in its transaction: lock the person's row, then refuse a stream over the limits.
 
     With `provider` and `model` (the usage row follows at once: open_row() with `read` and `started`=`now`),
     the budget's reads go with the lock and the limits' in one round trip, and their rows are returned.
+    `before`: a write of the caller's sent ahead of the lock in that round trip.
     """
     now = now or timezone.now()
     reads = [limits.counts_sql(user, source=source, token=token, now=now)] if check_limits else []
     if provider is not None and model is not None:
         reads += budgets.reserve_reads(user, token=token, provider_id=provider.pk, model=model, now=now)
-    rows = _locked_reads(user.pk, reads)
+    rows = _locked_reads(user.pk, reads, before)
     if check_limits:
         limits.enforce(user, source=source, token=token, counted=rows.pop(0)[0], now=now)
     return rows if provider is not None and model is not None else None
@@ -104,7 +106,7 @@ def settle(pk: int, fields: dict[str, Any], row: dict[str, Any] | None = None) -
     return fields
 
 
-def _locked_reads(user_id: int, reads: list[tuple[str, list]]) -> list[list[tuple]]:
+def _locked_reads(user_id: int, reads: list[tuple[str, list]], before: Read | None = None) -> list[list[tuple]]:
     """Lock the person's row (see _lock_sql), then run `reads`, each a statement of its own; their rows.
 
     In one round trip on PostgreSQL (read_together: the transaction's BEGIN, the lock and the reads
@@ -113,7 +115,7 @@ def _locked_reads(user_id: int, reads: list[tuple[str, list]]) -> list[list[tupl
     after the one before it ends: the reads see the start the lock waited for. SQLite has no row
     locks; its IMMEDIATE transactions already serialise writers.
     """
-    first = []
+    first = [] if before is None else [before]
     if connection.vendor == "postgresql":
         # The start's commit does not wait for its WAL to reach the disk, as SQLite's (WAL, synchronous=NORMAL)
         # does not: it waited under the lock, every start of the person after it. A crash of the database's

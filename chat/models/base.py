@@ -222,6 +222,18 @@ def update_row(
     where = where or {}
     if any(hasattr(value, "resolve_expression") for value in [*values.values(), *where.values()]):
         return model._base_manager.using(using).filter(pk=pk, **where).update(**values)
+    with connections[using].cursor() as cursor:
+        cursor.execute(*_update_statement(model, pk, values, where, using))
+        return cursor.rowcount
+
+
+def update_read(model: type[models.Model], pk: Any, values: dict[str, Any], using: str = "default") -> Read:
+    """update_row() of plain values as a Read, to send with others (read_together); it tells no row count."""
+    return Read(*_update_statement(model, pk, values, {}, using), make=lambda rows: None)
+
+
+def _update_statement(model: type[models.Model], pk: Any, values: dict[str, Any], where: dict, using: str) -> tuple:
+    """update_row()'s SQL, made once per model and set of columns, and its parameters."""
     meta, connection = model._meta, connections[using]
     fields = [meta.get_field(name) for name in values]
     conditions = [meta.pk, *(meta.get_field(name) for name in where)]
@@ -236,6 +248,4 @@ def update_row(
     params = [_value(field, value, connection) for field, value in zip(fields, values.values(), strict=True)]
     matched = [pk, *where.values()]
     keys = [field.get_db_prep_value(value, connection) for field, value in zip(conditions, matched, strict=True)]
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [*params, *keys])
-        return cursor.rowcount
+    return sql, [*params, *keys]

@@ -8,9 +8,11 @@ from django.contrib.auth import get_user_model
 from django.db import connection, transaction
 from psycopg import pq
 
+from chat.actions.turns import begin_turn
 from chat.auth.api_tokens import caller
 from chat.models import ApiToken, ChatDefaults, Provider
 from chat.models.base import Read, read_together
+from chat.streaming.catalog import CatalogEntry
 from chat.ws.consumer import turn_inputs
 from tests.services import check_on_postgresql
 
@@ -18,6 +20,12 @@ from tests.services import check_on_postgresql
 def round_trips(work) -> tuple[object, int]:
     """What `work()` returns, and how many round trips it made to PostgreSQL (libpq's trace: a Sync, or a Query,
     is where the client stops and waits for the server); on SQLite, (result, None)."""
+    result, batches = sent_batches(work)
+    return result, None if batches is None else len(batches)
+
+
+def sent_batches(work) -> tuple[object, list[list[str]] | None]:
+    """What `work()` returns, and the statements it sent to PostgreSQL, in the batches each round trip sent."""
     if connection.vendor != "postgresql":
         return work(), None
     connection.ensure_connection()
@@ -30,8 +38,18 @@ def round_trips(work) -> tuple[object, int]:
         finally:
             pgconn.untrace()
         trace.seek(0)
-        sent = [line.split("\t")[2].strip() for line in trace if line.startswith("F\t")]
-    return result, sum(1 for message in sent if message in ("Sync", "Query"))
+        batches, batch = [], []
+        for line in trace:
+            if not line.startswith("F\t"):
+                continue
+            fields = line.rstrip("\n").split("\t")
+            message = fields[2]
+            if message in ("Parse", "Query"):
+                batch.append(fields[3].strip())
+            if message in ("Sync", "Query"):
+                batches.append(batch)
+                batch = []
+    return result, batches
 
 
 def check_reads() -> None:
@@ -84,6 +102,19 @@ def test_on_postgresql_reads_together_are_one_round_trip():
 def test_the_trace_counts_each_statement_alone_as_a_round_trip():
     """The counter itself: two statements run one after another are two round trips."""
     check_on_postgresql("chat_reads_apart", "tests.models.test_reads", "check_apart")
+
+
+def check_turn() -> None:
+    """A new chat's turn saves its conversation in the round trip that takes the person's lock."""
+    user = get_user_model().objects.create_user("fran")
+    provider = Provider.objects.create(name="p", base_url="http://127.0.0.1:9/v1", api_key="k")
+    _, batches = sent_batches(lambda: begin_turn(user, CatalogEntry(provider, "m"), {}, content="hello"))
+    locked = next(batch for batch in batches if any("FOR NO KEY UPDATE" in text for text in batch))
+    assert any(text.startswith('"" "UPDATE "chat_conversation" SET "current_id"') for text in locked), locked
+
+
+def test_on_postgresql_a_turn_saves_its_conversation_with_the_lock():
+    check_on_postgresql("chat_reads_turn", "tests.models.test_reads", "check_turn")
 
 
 def check_apart() -> None:
