@@ -137,3 +137,15 @@ def test_email_is_printed_by_default_and_a_bad_email_url_stops_the_start():
     assert shown.stdout.strip().splitlines()[-1] == "django.core.mail.backends.console.EmailBackend"
     refused = manage("check", env={"EMAIL_URL": "pop3://mail.example.com"})
     assert refused.returncode != 0 and "EMAIL_URL: unknown scheme 'pop3'" in refused.stderr
+
+
+@pytest.mark.parametrize(("prepared", "expected"), [(None, "True 5"), ("0", "None None")])
+def test_postgresql_binds_and_prepares_unless_database_prepared_is_0(prepared, expected):
+    """DATABASE_PREPARED (default on): the values sent apart and statements prepared; 0 for a pooler without them."""
+    env = {"DATABASE_URL": "postgres://chat@127.0.0.1:9/chat", **({"DATABASE_PREPARED": prepared} if prepared else {})}
+    code = (
+        "from django.conf import settings; options = settings.DATABASES['default'].get('OPTIONS', {}); "
+        "print(options.get('server_side_binding'), options.get('prepare_threshold'))"
+    )
+    shown = manage("shell", "-c", code, env=env)
+    assert shown.stdout.strip().splitlines()[-1] == expected, shown.stderr
