@@ -6,7 +6,7 @@ import logging
 from typing import Protocol
 
 from django.conf import settings
-from django.db import models, transaction
+from django.db import models
 from django.db.models import Count, F, Sum
 from django.utils import timezone
 from django.utils.translation import gettext_lazy
@@ -43,13 +43,17 @@ class UsageQuerySet(models.QuerySet):
         )
 
     def checkpoint(self, rows: list[tuple[int, int, int]]) -> None:
-        """Write (id, completion, reasoning tokens so far) on rows still streaming: what a sweep keeps."""
-        with transaction.atomic():
-            for pk, completion, reasoning in rows:
-                self.filter(pk=pk, status=Status.STREAMING).update(
-                    completion_tokens=completion, reasoning_tokens=reasoning,
-                    total_tokens=F("prompt_tokens") + completion,
-                )  # fmt: skip
+        """Write (id, completion, reasoning tokens so far) on rows still streaming: what a sweep keeps.
+
+        Each row in a transaction of its own. A row's write locks its summary rows (chat/metering/summary_triggers.py)
+        in one order: the day's shard by model, then the person's, then the token's. One transaction for many rows
+        held one row's person summary while it waited for the next row's shard, which a start's insert held
+        while it waited for that person summary: PostgreSQL found a deadlock and cancelled one of them.
+        """
+        for pk, completion, reasoning in rows:
+            self.filter(pk=pk, status=Status.STREAMING).update(
+                completion_tokens=completion, reasoning_tokens=reasoning, total_tokens=F("prompt_tokens") + completion
+            )
 
 
 # Every column the dashboard's GROUP BYs read, in one index led by the period.

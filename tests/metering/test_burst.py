@@ -7,11 +7,12 @@ together, as the database threads of several processes would run them.
 from __future__ import annotations
 
 import threading
+import time
 from decimal import Decimal
 
 import pytest
 from django.contrib.auth import get_user_model
-from django.db import connection, connections
+from django.db import connection, connections, transaction
 
 from chat.metering import budgets, metered_streams, summary_triggers
 from chat.metering.budgets import Budget, Price
@@ -90,3 +91,63 @@ def test_a_burst_of_starts_keeps_budgets_and_summaries_exact_on_sqlite():
 @pytest.mark.cluster
 def test_a_burst_of_starts_keeps_budgets_and_summaries_exact_on_postgresql():
     check_on_postgresql("chat_burst", "tests.metering.test_burst", "check_a_burst")
+
+
+def check_a_checkpoint_waits_holding_nothing() -> None:
+    """The /v1 streams' checkpoint writes each row in a transaction of its own: waiting for one row's summary, it
+    holds none of another's (a start's insert waiting for a person's summary that a checkpoint held, while the
+    checkpoint waited for the shard that insert held, was a deadlock)."""
+    person = get_user_model().objects.create_user("gail")
+    provider = Provider.objects.create(name="p", base_url="http://127.0.0.1:9/v1", api_key="k")
+
+    def start(model: str) -> int:
+        return metered_streams.start(person, source=Usage.Source.API, provider=provider, model=model,
+                                     prompt_tokens=PROMPT, max_tokens=MAX, check_limits=False).pk  # fmt: skip
+
+    first, second = start("m"), start("n")
+    held, release = threading.Event(), threading.Event()
+
+    def hold_the_second_rows_shard() -> None:
+        try:
+            with transaction.atomic():
+                connection.cursor().execute("SELECT 1 FROM chat_usageday WHERE model = 'n' FOR UPDATE")
+                held.set()
+                release.wait(60)
+        finally:
+            connections.close_all()
+
+    def checkpoint() -> None:
+        try:
+            Usage.objects.checkpoint([(first, 5, 0), (second, 7, 0)])
+        finally:
+            connections.close_all()
+
+    holder, writer = threading.Thread(target=hold_the_second_rows_shard), threading.Thread(target=checkpoint)
+    holder.start()
+    try:
+        assert held.wait(30)
+        writer.start()
+        # PostgreSQL tells no one when a statement starts to wait for a lock: asked until it does.
+        deadline = time.monotonic() + 30
+        with connection.cursor() as cursor:
+            while True:
+                cursor.execute(
+                    "SELECT count(*) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+                )
+                if cursor.fetchone()[0] or time.monotonic() > deadline:
+                    break
+                time.sleep(0.01)
+        # The checkpoint waits on the second row; the first is written and committed, nothing of it held.
+        assert Usage.objects.get(pk=first).completion_tokens == 5
+        assert Usage.objects.get(pk=second).completion_tokens == 0
+    finally:
+        release.set()
+        holder.join(60)
+        writer.join(60)
+    assert Usage.objects.get(pk=second).completion_tokens == 7
+    assert summary_triggers.mismatches() == []
+
+
+def test_on_postgresql_a_checkpoint_holds_no_rows_summaries_while_it_waits():
+    check_on_postgresql("chat_checkpoint", "tests.metering.test_burst", "check_a_checkpoint_waits_holding_nothing")
