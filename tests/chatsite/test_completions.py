@@ -66,7 +66,7 @@ async def test_answers_equal_djangos_to_the_byte(fields, body):
 @pytest.mark.django_db(transaction=True)
 async def test_a_disallowed_host_is_refused_before_the_view(monkeypatch):
     called = []
-    monkeypatch.setattr(openai_api, "caller", lambda secret: called.append(secret))
+    monkeypatch.setattr(openai_api, "caller", lambda secret, *more: called.append(secret))
     status, _, _ = await answer(ASGIHandler(), scope(host=b"evil.example", headers=[(b"authorization", b"Bearer x")]))
     assert status == 400 and called == []
 
@@ -81,7 +81,7 @@ async def test_plain_http_is_redirected_when_https_is_required(settings):
 
 @pytest.mark.django_db(transaction=True)
 async def test_a_database_that_cannot_be_had_is_a_503_and_a_bug_a_logged_500(monkeypatch, caplog):
-    def down(secret):
+    def down(secret, *more):
         raise OperationalError("could not connect to server")
 
     monkeypatch.setattr(openai_api, "caller", down)
@@ -90,7 +90,7 @@ async def test_a_database_that_cannot_be_had_is_a_503_and_a_bug_a_logged_500(mon
     assert status == 503 and b"database_unavailable" in body and dict(headers)[b"Retry-After"]
     assert (status, headers, body) == await answer(djangos(), request, b"{}")
 
-    def bug(secret):
+    def bug(secret, *more):
         raise ZeroDivisionError("a bug")
 
     monkeypatch.setattr(openai_api, "caller", bug)
