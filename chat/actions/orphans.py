@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from channels.db import database_sync_to_async
@@ -54,21 +55,39 @@ def recover_orphans(
     dead_messages, dead_api_rows = dead, dead
     if lease is None and before is not None:
         dead_messages, dead_api_rows = dead & Q(updated__lt=before), dead & Q(started__lt=before)
-    with transaction.atomic():
-        orphans = Message.objects.streaming().filter(dead_messages)
-        if only is not None:
-            orphans = orphans.filter(pk=only)
-        orphans = list(orphans.select_for_update(of=("self",)))
-        for message in orphans:
-            _end(message, Message.Status.INTERRUPTED, INTERRUPTED_ERROR, now)
-        if only is None:
-            # API streams keep no text: their usage is closed with what the row has (their checkpoints).
-            Usage.objects.filter(dead_api_rows, message__isnull=True, status=Message.Status.STREAMING).update(
-                status=Message.Status.INTERRUPTED, estimated=True, ended=now, error=INTERRUPTED_ERROR
-            )
+    candidates = Message.objects.streaming().filter(dead_messages)
+    if only is not None:
+        candidates = candidates.filter(pk=only)
+    orphans = _end_each(candidates, lambda message: _end(message, Message.Status.INTERRUPTED, INTERRUPTED_ERROR, now))
+    if only is None:
+        # API streams keep no text: their usage is closed with what the row has (their checkpoints).
+        rows = Usage.objects.filter(dead_api_rows, message__isnull=True, status=Message.Status.STREAMING)
+        _close_each(rows, status=Message.Status.INTERRUPTED, estimated=True, ended=now, error=INTERRUPTED_ERROR)
     # The swept rows (chat and API) get the price table's cost, like any final save.
     price_unpriced(Usage.objects.filter(status=Message.Status.INTERRUPTED, ended=now, cost__isnull=True))
     return orphans
+
+
+def _end_each(candidates, end: Callable[[Message], None]) -> list[Message]:
+    """Call `end` on each of these streaming replies that still is one, read again under its row lock; those ended.
+
+    Each in a transaction of its own: ending a reply writes its usage row, whose summaries are locked in one order
+    (chat/metering/summary_triggers.py). One transaction for many held one row's person summary while it waited
+    for another row's shard, which a start's insert held while it waited for that person summary: a deadlock.
+    """
+    ended = []
+    for pk in list(candidates.order_by("pk").values_list("pk", flat=True)):
+        with transaction.atomic():
+            message = candidates.filter(pk=pk).select_for_update(of=("self",)).first()
+            if message is not None:
+                end(message)
+                ended.append(message)
+    return ended
+
+
+def _close_each(rows, **fields) -> int:
+    """Write `fields` on each of these usage rows, each in a transaction of its own (see _end_each); how many."""
+    return sum(rows.filter(pk=pk).update(**fields) for pk in list(rows.order_by("pk").values_list("pk", flat=True)))
 
 
 def _end(message: Message, status: str, error: str, now: datetime) -> None:
@@ -111,14 +130,14 @@ def end_own_orphans(worker_id: int, ids: list[int], grace: timedelta = OWN_ORPHA
     Read again under a row lock, so a reply saved since (or ended) is left alone.
     """
     now = timezone.now()
-    with transaction.atomic():
-        rows = Message.objects.streaming().filter(pk__in=ids, worker=worker_id, updated__lt=now - grace)
-        orphans = list(rows.select_for_update(of=("self",)))
-        for message in orphans:
-            if message.content or message.reasoning:
-                _end(message, Message.Status.INTERRUPTED, LOST_STREAM, now)
-            else:
-                _end(message, Message.Status.FAILED, NEVER_STARTED, now)
+
+    def end(message: Message) -> None:
+        if message.content or message.reasoning:
+            _end(message, Message.Status.INTERRUPTED, LOST_STREAM, now)
+        else:
+            _end(message, Message.Status.FAILED, NEVER_STARTED, now)
+
+    orphans = _end_each(Message.objects.streaming().filter(pk__in=ids, worker=worker_id, updated__lt=now - grace), end)
     price_unpriced(Usage.objects.filter(message__in=orphans, ended=now, cost__isnull=True))
     return orphans
 
@@ -226,15 +245,13 @@ def mark_interrupted(message_ids: list[int], api_usage_ids: list[int]) -> tuple[
     A live stream is left to its process (stop it instead): its final save would write over this.
     """
     now = timezone.now()
-    with transaction.atomic():
-        chosen = Message.objects.streaming().filter(pk__in=message_ids)
-        orphans = list(chosen.exclude(live_q()).select_for_update(of=("self",)))
-        for message in orphans:
-            _end(message, Message.Status.INTERRUPTED, STAFF_INTERRUPTED, now)
-        rows = Usage.objects.filter(pk__in=api_usage_ids, message__isnull=True, status=Message.Status.STREAMING)
-        api = rows.exclude(live_q(usage=True)).update(
-            status=Message.Status.INTERRUPTED, estimated=True, ended=now, error=STAFF_INTERRUPTED
-        )
+    chosen = Message.objects.streaming().filter(pk__in=message_ids).exclude(live_q())
+    orphans = _end_each(chosen, lambda message: _end(message, Message.Status.INTERRUPTED, STAFF_INTERRUPTED, now))
+    rows = Usage.objects.filter(pk__in=api_usage_ids, message__isnull=True, status=Message.Status.STREAMING)
+    api = _close_each(
+        rows.exclude(live_q(usage=True)),
+        status=Message.Status.INTERRUPTED, estimated=True, ended=now, error=STAFF_INTERRUPTED,
+    )  # fmt: skip
     price_unpriced(Usage.objects.filter(status=Message.Status.INTERRUPTED, ended=now, cost__isnull=True))
     skipped = len(message_ids) + len(api_usage_ids) - len(orphans) - api
     return orphans, api, skipped

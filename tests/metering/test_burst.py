@@ -14,6 +14,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.db import connection, connections, transaction
 
+from chat.actions import orphans
 from chat.metering import budgets, metered_streams, summary_triggers
 from chat.metering.budgets import Budget, Price
 from chat.models import ApiToken, Provider, Usage, UsageDay
@@ -97,6 +98,22 @@ def check_a_checkpoint_waits_holding_nothing() -> None:
     """The /v1 streams' checkpoint writes each row in a transaction of its own: waiting for one row's summary, it
     holds none of another's (a start's insert waiting for a person's summary that a checkpoint held, while the
     checkpoint waited for the shard that insert held, was a deadlock)."""
+    written = writes_each_row_apart(lambda first, second: Usage.objects.checkpoint([(first, 5, 0), (second, 7, 0)]))
+    assert written("completion_tokens") == (5, 0, 7)
+
+
+def check_a_sweep_waits_holding_nothing() -> None:
+    """The same for the sweep of dead processes' /v1 rows (a process that starts alone takes every other's as dead)."""
+    written = writes_each_row_apart(lambda first, second: orphans.recover_orphans())
+    assert written("status") == ("interrupted", "streaming", "interrupted")
+
+
+def writes_each_row_apart(write):
+    """Start two /v1 streams, hold the second one's summary by model, and `write(first, second)` on a thread.
+
+    Gives a function of a column: its value on the first row while the write waits, on the second row then,
+    and on the second row once the write is done.
+    """
     person = get_user_model().objects.create_user("gail")
     provider = Provider.objects.create(name="p", base_url="http://127.0.0.1:9/v1", api_key="k")
 
@@ -116,13 +133,13 @@ def check_a_checkpoint_waits_holding_nothing() -> None:
         finally:
             connections.close_all()
 
-    def checkpoint() -> None:
+    def writing() -> None:
         try:
-            Usage.objects.checkpoint([(first, 5, 0), (second, 7, 0)])
+            write(first, second)
         finally:
             connections.close_all()
 
-    holder, writer = threading.Thread(target=hold_the_second_rows_shard), threading.Thread(target=checkpoint)
+    holder, writer = threading.Thread(target=hold_the_second_rows_shard), threading.Thread(target=writing)
     holder.start()
     try:
         assert held.wait(30)
@@ -138,16 +155,17 @@ def check_a_checkpoint_waits_holding_nothing() -> None:
                 if cursor.fetchone()[0] or time.monotonic() > deadline:
                     break
                 time.sleep(0.01)
-        # The checkpoint waits on the second row; the first is written and committed, nothing of it held.
-        assert Usage.objects.get(pk=first).completion_tokens == 5
-        assert Usage.objects.get(pk=second).completion_tokens == 0
+        # The write waits on the second row; the first is written and committed, nothing of it held.
+        waiting = {pk: Usage.objects.filter(pk=pk).values().get() for pk in (first, second)}
     finally:
         release.set()
         holder.join(60)
         writer.join(60)
-    assert Usage.objects.get(pk=second).completion_tokens == 7
+    done = Usage.objects.filter(pk=second).values().get()
     assert summary_triggers.mismatches() == []
+    return lambda column: (waiting[first][column], waiting[second][column], done[column])
 
 
-def test_on_postgresql_a_checkpoint_holds_no_rows_summaries_while_it_waits():
-    check_on_postgresql("chat_checkpoint", "tests.metering.test_burst", "check_a_checkpoint_waits_holding_nothing")
+@pytest.mark.parametrize("check", ["check_a_checkpoint_waits_holding_nothing", "check_a_sweep_waits_holding_nothing"])
+def test_on_postgresql_a_write_of_many_usage_rows_holds_none_while_it_waits(check):
+    check_on_postgresql("chat_rows_apart", "tests.metering.test_burst", check)
