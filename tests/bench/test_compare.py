@@ -61,3 +61,16 @@ def test_scaleout_runs_streams_over_two_processes_on_postgresql_and_redis(tmp_pa
         assert row["ttft_p50_ms"] > 0
         if row["path"] != "direct":  # where its starts waited: PostgreSQL's locks, a database thread
             assert row["lock_wait_ms_per_start"] is not None and row["thread_wait_ms_per_start"] is not None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("database", ["sqlite", "postgresql"])
+def test_start_bench_times_starts_on_each_database(database):
+    from tests.services import url_of
+
+    more = ["--database-url", url_of("postgres")] if database == "postgresql" else []
+    done = subprocess.run([sys.executable, "bench/start_bench.py", "--starts", "5", *more], cwd=ROOT,
+                          capture_output=True, text=True, timeout=240)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    vendor = {"sqlite": "SQLite", "postgresql": "PostgreSQL"}[database]
+    assert f"{vendor}: 5 starts and ends, one after another" in done.stdout and "wall" in done.stdout
