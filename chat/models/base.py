@@ -115,8 +115,9 @@ def read_together(reads: list[Read], using: str = "default") -> list:
 
     On PostgreSQL in one round trip (psycopg's pipeline: every statement sent, then every result
     awaited), since they do not depend on each other: a stream's start reads a few such things, and
-    in a busy process each round trip is also a wait for the interpreter's lock. Each statement
-    still takes its own snapshot after the one before it ends. Elsewhere one after another.
+    in a busy process each round trip is also a wait for the interpreter's lock. In a transaction
+    that has sent nothing yet, psycopg sends its BEGIN first, in a round trip of its own. Each
+    statement still takes its own snapshot after the one before it ends. Elsewhere one after another.
     """
     connection = connections[using]
     if connection.vendor != "postgresql" or len(reads) == 1:
