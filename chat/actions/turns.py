@@ -12,7 +12,7 @@ leaves a `refused` usage row.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
 
@@ -124,16 +124,22 @@ def begin_turn(user, entry: CatalogEntry, params: dict, *, conversation_id: int 
                 # before anything is read or written. Otherwise in _answer; a refusal rolls back either way.
                 metered_streams.admit(user, source=Usage.Source.CHAT)
             if continued is not None:
-                return _continue(request, continued)
-            if edit is not None:
-                return _edit(request, edit, content)
-            if content is None:
-                return _regenerate(request, regenerate)
-            return _new_message(request, content, attachments or [])
+                turn = _continue(request, continued)
+            elif edit is not None:
+                turn = _edit(request, edit, content)
+            elif content is None:
+                turn = _regenerate(request, regenerate)
+            else:
+                turn = _new_message(request, content, attachments or [])
     except budgets.BudgetExceeded as exc:
         budgets.refuse(user, source=Usage.Source.CHAT, provider_id=entry.provider.pk, model=entry.model,
                        prompt_tokens=exc.prompt_tokens, detail=exc.detail)  # fmt: skip
         raise ChatError(exc.code, exc.detail) from None
+    # After the commit, which went with the usage row (metered_streams.open_row), not under the person's lock.
+    # Checked here, on every kind of turn, for the conversation's owner: no frame names a tool.
+    if entry.provider.takes_tools(entry.model):
+        turn = replace(turn, tools=tools_for(user, turn.conversation.tools))
+    return turn
 
 
 # --- the four kinds of turn ----------------------------------------------------
@@ -281,9 +287,7 @@ def _answer(request: TurnRequest, conversation: Conversation, user_message: Mess
         message=reply, worker_id=request.worker_id, started=now, read=read,
     )  # fmt: skip
     prefix = (continued.content, continued.reasoning) if continued is not None else None
-    # Checked here, on every kind of turn, for the conversation's owner: no frame names a tool.
-    tools = tools_for(request.user, conversation.tools) if entry.provider.takes_tools(entry.model) else ()
-    return Turn(conversation, user_message, reply, usage, history, prefix, tools)
+    return Turn(conversation, user_message, reply, usage, history, prefix)
 
 
 def _history(request: TurnRequest, conversation: Conversation, alone: Message | None) -> list[dict]:

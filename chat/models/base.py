@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import psycopg
 from django.db import connections, models
 
 log = logging.getLogger(__name__)
@@ -115,11 +116,13 @@ def read_together(reads: list[Read], using: str = "default") -> list:
 
     On PostgreSQL in one round trip (psycopg's pipeline: every statement sent, then every result
     awaited), since they do not depend on each other: a stream's start reads a few such things, and
-    in a busy process each round trip is also a wait for the interpreter's lock. In a transaction
-    that has sent nothing yet, psycopg sends its BEGIN first, in a round trip of its own. Each
-    statement still takes its own snapshot after the one before it ends. Elsewhere one after another.
+    in a busy process each round trip is also a wait for the interpreter's lock and for a core. In an
+    atomic block that has sent nothing yet, the transaction's BEGIN goes with them (_begin_sent).
+    Each statement still takes its own snapshot after the one before it ends. Elsewhere one after another.
     """
     connection = connections[using]
+    if connection.vendor == "postgresql" and _begin_sent(connection):
+        return read_together([Read("BEGIN", [], make=lambda rows: None), *reads], using)[1:]
     if connection.vendor != "postgresql" or len(reads) == 1:
         found = []
         with connection.cursor() as cursor:
@@ -142,6 +145,27 @@ def read_together(reads: list[Read], using: str = "default") -> list:
             for cursor in cursors:
                 cursor.close()
     return [read.make(rows) for read, rows in zip(reads, found, strict=True)]
+
+
+def _begin_sent(connection) -> bool:
+    """Whether this atomic block's BEGIN is to be sent by the caller, with its first statements (PostgreSQL).
+
+    psycopg sends a transaction's BEGIN ahead of its first statement and, in a pipeline, waits for
+    it: a round trip of its own, on every stream's start. Here, when Django's atomic block has sent
+    nothing yet, psycopg is told to leave it (autocommit, as Django's own commit at the block's end
+    will set it anyway; its commit and rollback go by the server's transaction state, not by that flag)
+    and the caller sends it. Only for the plain BEGIN: an isolation level or read-only setting keeps psycopg's.
+    """
+    if not connection.in_atomic_block:
+        return False
+    connection.ensure_connection()
+    raw = connection.connection
+    if raw.autocommit or raw.pgconn.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        return False
+    if raw.read_only is not None or raw.deferrable is not None or raw.isolation_level is not None:
+        return False
+    raw.autocommit = True
+    return True
 
 
 def rows_of(model: type[models.Model], sql: str, params: list | tuple, using: str = "default") -> list:
@@ -185,11 +209,36 @@ def instances_of(model: type[models.Model], rows: list[tuple], using: str = "def
 
 def insert_row(obj: models.Model, using: str = "default") -> models.Model:
     """Write a new row as `obj.save()` would (defaults, auto_now fields, its pk set on it), without signals."""
+    connection = connections[using]
+    if connection.features.can_return_columns_from_insert:
+        return insert_read(obj, using).get(using)
+    meta = obj._meta
+    sql, values = _insert_statement(obj, using)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, values)
+        obj.pk = connection.ops.last_insert_id(cursor, meta.db_table, meta.pk.column)
+    obj._state.adding, obj._state.db = False, using
+    return obj
+
+
+def insert_read(obj: models.Model, using: str = "default") -> Read:
+    """insert_row() as a Read, to send with others (commit_with); it makes `obj`, its pk set."""
+
+    def inserted(rows: list[tuple]) -> models.Model:
+        obj.pk = rows[0][0]
+        obj._state.adding, obj._state.db = False, using
+        return obj
+
+    return Read(*_insert_statement(obj, using), make=inserted)
+
+
+def _insert_statement(obj: models.Model, using: str) -> tuple[str, list]:
+    """insert_row()'s SQL, made once per model (returning the pk where the database can), and its parameters."""
     meta, connection = obj._meta, connections[using]
-    fields = [field for field in meta.local_concrete_fields if field is not meta.auto_field]
     key = (type(obj), using, None)
     sql = _statements.get(key)
     if sql is None:
+        fields = [field for field in meta.local_concrete_fields if field is not meta.auto_field]
         quote = connection.ops.quote_name
         sql = (
             f"INSERT INTO {quote(meta.db_table)} ({', '.join(quote(field.column) for field in fields)}) "
@@ -206,14 +255,22 @@ def insert_row(obj: models.Model, using: str = "default") -> models.Model:
         value = getattr(obj, field.attname)
         same = type(value) is type(default) and value == default
         values.append(prepared if same else _value(field, value, connection))
-    with connection.cursor() as cursor:
-        cursor.execute(sql, values)
-        if connection.features.can_return_columns_from_insert:
-            obj.pk = cursor.fetchone()[0]
-        else:
-            obj.pk = connection.ops.last_insert_id(cursor, meta.db_table, meta.pk.column)
-    obj._state.adding, obj._state.db = False, using
-    return obj
+    return sql, values
+
+
+def commit_with(reads: list[Read], using: str = "default") -> list:
+    """The transaction's last statements, sent with its COMMIT: in one round trip on PostgreSQL; what each makes.
+
+    For the end of an outermost `transaction.atomic()` block (Django's own commit at its end then
+    finds nothing to commit): a stream's start holds the person's row locked until its commit
+    (chat/metering/metered_streams.py), and its usage row's insert and the commit in one round trip
+    shorten that by one. A statement run after it in the block runs in a transaction of its own. In
+    a nested block, or outside one, the reads run as read_together() runs them and the block commits.
+    """
+    connection = connections[using]
+    if not (connection.in_atomic_block and len(connection.atomic_blocks) == 1 and not connection.needs_rollback):
+        return read_together(reads, using)
+    return read_together([*reads, Read("COMMIT", [], make=lambda rows: None)], using)[:-1]
 
 
 def update_row(

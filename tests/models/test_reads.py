@@ -3,14 +3,17 @@ PostgreSQL in one round trip, which every stream start's reads (the /v1 caller, 
 
 import tempfile
 
+import psycopg
 import pytest
 from django.contrib.auth import get_user_model
 from django.db import connection, transaction
+from django.test import override_settings
 from psycopg import pq
 
 from chat.actions.turns import begin_turn
 from chat.auth.api_tokens import caller
-from chat.models import ApiToken, ChatDefaults, Provider
+from chat.metering import limits, metered_streams
+from chat.models import ApiToken, ChatDefaults, Provider, Usage
 from chat.models.base import Read, read_together
 from chat.streaming.catalog import CatalogEntry
 from chat.ws.consumer import turn_inputs
@@ -70,13 +73,13 @@ def check_reads() -> None:
     assert found == [[(1, "a")], 1, []]
     assert trips in (None, 1)
 
-    # In a transaction, a statement without rows among them; psycopg sends the transaction's BEGIN on its own.
+    # In a transaction, a statement without rows among them; the transaction's BEGIN goes with them.
     with transaction.atomic():
-        found, trips = round_trips(
+        found, batches = sent_batches(
             lambda: read_together([Read("UPDATE auth_user SET last_name = '' WHERE 1 = 0", []), Read("SELECT 2", [])])
         )
     assert found == [[], [(2,)]]
-    assert trips in (None, 2)
+    assert batches is None or (len(batches) == 1 and batches[0][0] == '"" "BEGIN" 0'), batches
 
     # A /v1 start's caller: the person's access and the enabled providers (the token from the process's cache).
     caller(secret)
@@ -111,10 +114,57 @@ def check_turn() -> None:
     _, batches = sent_batches(lambda: begin_turn(user, CatalogEntry(provider, "m"), {}, content="hello"))
     locked = next(batch for batch in batches if any("FOR NO KEY UPDATE" in text for text in batch))
     assert any(text.startswith('"" "UPDATE "chat_conversation" SET "current_id"') for text in locked), locked
+    # Its first insert goes with the BEGIN, its usage row with the COMMIT, and its tools are read after.
+    assert batches[0][0] == '"" "BEGIN" 0' and batches[0][1].startswith('"" "INSERT INTO "chat_conversation"')
+    assert batches[-1][0].startswith('"" "INSERT INTO "chat_usage"') and batches[-1][-1] == '"" "COMMIT" 0', batches
 
 
 def test_on_postgresql_a_turn_saves_its_conversation_with_the_lock():
     check_on_postgresql("chat_reads_turn", "tests.models.test_reads", "check_turn")
+
+
+def check_start() -> None:
+    """A /v1 start is two round trips: BEGIN with the lock and the reads, then the usage row with the COMMIT."""
+    user = get_user_model().objects.create_user("gus")
+    provider = Provider.objects.create(name="p", base_url="http://127.0.0.1:9/v1", api_key="k")
+    usage, batches = sent_batches(
+        lambda: metered_streams.start(
+            user, source=Usage.Source.API, provider=provider, model="m", prompt_tokens=5, max_tokens=10
+        )
+    )
+    assert len(batches) == 2 and batches[0][0] == '"" "BEGIN" 0' and "FOR NO KEY UPDATE" in batches[0][2], batches
+    assert batches[1][0].startswith('"" "INSERT INTO "chat_usage"') and batches[1][-1] == '"" "COMMIT" 0', batches
+    # Committed, and Django and psycopg agree that no transaction is open.
+    assert connection.get_autocommit() and connection.connection.autocommit
+    assert connection.connection.pgconn.transaction_status == pq.TransactionStatus.IDLE
+    with psycopg.connect(_conninfo()) as other:
+        assert other.execute("SELECT status FROM chat_usage WHERE id = %s", [usage.pk]).fetchone() == ("streaming",)
+
+    # A refused start rolls back what its transaction wrote, and leaves the connection as it found it.
+    with override_settings(API_MAX_STREAMS=1):
+        with pytest.raises(limits.LimitExceeded):
+            metered_streams.start(user, source=Usage.Source.API, provider=provider, model="m",
+                                  prompt_tokens=5, max_tokens=10)  # fmt: skip
+    assert Usage.objects.count() == 1
+    assert connection.connection.pgconn.transaction_status == pq.TransactionStatus.IDLE
+
+    # A block whose first statements were sent with its BEGIN still rolls back whole on an error.
+    with pytest.raises(RuntimeError):
+        with transaction.atomic():
+            read_together([Read("UPDATE auth_user SET last_name = 'x' WHERE id = %s", [user.pk]), Read("SELECT 1", [])])
+            Provider.objects.create(name="q", base_url="http://127.0.0.1:9/v1", api_key="k")
+            raise RuntimeError("the block fails after its writes")
+    user.refresh_from_db()
+    assert user.last_name == "" and not Provider.objects.filter(name="q").exists()
+
+
+def _conninfo() -> str:
+    return " ".join(f"{key}={value}" for key, value in connection.get_connection_params().items()
+                    if key in ("host", "port", "user", "dbname"))  # fmt: skip
+
+
+def test_on_postgresql_a_start_is_two_round_trips():
+    check_on_postgresql("chat_reads_start", "tests.models.test_reads", "check_start")
 
 
 def check_apart() -> None:
