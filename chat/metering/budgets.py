@@ -232,12 +232,15 @@ def reserve_reads(user, *, token=None, provider_id: int | None, model: str, now:
 
 
 def reserve(user, *, token=None, provider_id: int | None, model: str, prompt_tokens: int, max_tokens: int,
-            now: datetime | None = None, read: list[list[tuple]] | None = None) -> Reservation:  # fmt: skip
+            now: datetime | None = None, read: list[list[tuple]] | None = None,
+            ahead: Spent | None = None) -> Reservation:  # fmt: skip
     """Refuse a new stream over a monthly budget, else its reservation; call with the user's row locked.
 
     A stream may start while what is spent and reserved is under the limit: N simultaneous
     requests overspend by at most the one reservation that crossed it. `read`: the rows of
     reserve_reads()'s statements for `now`, read after the lock was had, when the start read them already.
+    `ahead`: the reservations of starts of the same person and token admitted before this one in
+    its transaction, not yet written.
     """
     now = now or timezone.now()
     rows = _budget_rows_of(read[0]) if read is not None else budget_rows(user, token)
@@ -251,7 +254,7 @@ def reserve(user, *, token=None, provider_id: int | None, model: str, prompt_tok
     if limit.limited:
         found = _month_of(read[1][0]) if read is not None else None
         used, price = found or _month_and_price("user_id", user.pk, since, now, price_of)
-        _check(limit, used, "Your", now)
+        _check(limit, _plus(used, ahead), "Your", now)
     if own is not None and own.limited:
         found = _month_of(read[2][0]) if read is not None else None
         if found is not None:
@@ -261,9 +264,13 @@ def reserve(user, *, token=None, provider_id: int | None, model: str, prompt_tok
                 "token_id", token.pk, since, now, None if limit.limited else price_of, user_id=user.pk
             )
         price = price or token_price
-        _check(own, used, "This API token's", now)
+        _check(own, _plus(used, ahead), "This API token's", now)
     usd = price.worst_case(prompt_tokens, max_tokens) if price is not None and price_of is not None else None
     return Reservation(usd, prompt_tokens + max_tokens)
+
+
+def _plus(used: Spent, ahead: Spent | None) -> Spent:
+    return used if ahead is None else Spent(usd=used.usd + ahead.usd, tokens=used.tokens + ahead.tokens)
 
 
 def spent_by(column: str, value: int, since: datetime, now: datetime) -> Spent:

@@ -47,10 +47,12 @@ def counts_sql(user, *, source: str, token=None, now: datetime) -> tuple[str, li
     )  # fmt: skip
 
 
-def enforce(user, *, source: str, token=None, counted: tuple | None = None, now: datetime | None = None) -> None:
+def enforce(user, *, source: str, token=None, counted: tuple | None = None, now: datetime | None = None,
+            ahead: int = 0) -> None:  # fmt: skip
     """Refuse a new stream over the caps; a start's step (chat/metering/metered_streams.py), after its lock.
 
-    `counted`: counts_sql()'s row for `now`, when the start read it already.
+    `counted`: counts_sql()'s row for `now`, when the start read it already. `ahead`: starts of the
+    same person, source and token admitted before this one in its transaction, not yet written.
     """
     if counted is None:
         now = timezone.now()
@@ -61,7 +63,7 @@ def enforce(user, *, source: str, token=None, counted: tuple | None = None, now:
     now = now or timezone.now()
     user_rate = settings.RATE_LIMIT_PER_MINUTE
     token_rate = settings.API_TOKEN_RATE_LIMIT_PER_MINUTE if token is not None else 0
-    mine, by_token, mine_recent, token_recent = (int(n or 0) for n in counted)
+    mine, by_token, mine_recent, token_recent = (int(n or 0) + ahead for n in counted)
     cap = settings.CHAT_MAX_STREAMS if source == Usage.Source.CHAT else settings.API_MAX_STREAMS
     _cap_streams(mine, cap, "you have")
     if token is not None:

@@ -14,7 +14,11 @@ only import what lies below it.
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -37,13 +41,23 @@ def admit(user, *, source: str, token=None, check_limits: bool = True, provider:
     `before`: a write of the caller's sent ahead of the lock in that round trip.
     """
     now = now or timezone.now()
+    counted, read = _admission(user, source=source, token=token, check_limits=check_limits, provider=provider,
+                               model=model, now=now, before=before)  # fmt: skip
+    if counted is not None:
+        limits.enforce(user, source=source, token=token, counted=counted, now=now)
+    return read
+
+
+def _admission(user, *, source: str, token, check_limits: bool, provider: Provider | None, model: str | None,
+               now: datetime, before: Read | None = None) -> tuple[tuple | None, list | None]:  # fmt: skip
+    """Lock the person's row and read what admitting a start takes, in one round trip on PostgreSQL:
+    the limits' counts (None unless `check_limits`) and the budget's rows (None without a provider and model)."""
     reads = [limits.counts_sql(user, source=source, token=token, now=now)] if check_limits else []
     if provider is not None and model is not None:
         reads += budgets.reserve_reads(user, token=token, provider_id=provider.pk, model=model, now=now)
     rows = _locked_reads(user.pk, reads, before)
-    if check_limits:
-        limits.enforce(user, source=source, token=token, counted=rows.pop(0)[0], now=now)
-    return rows if provider is not None and model is not None else None
+    counted = rows.pop(0)[0] if check_limits else None
+    return counted, rows if provider is not None and model is not None else None
 
 
 def open_row(user, *, source: str, provider: Provider, model: str, prompt_tokens: int, max_tokens: int, token=None,
@@ -58,20 +72,11 @@ def open_row(user, *, source: str, provider: Provider, model: str, prompt_tokens
     `read`: what admit() returned, when it was given the provider, the model and `started` as its `now`.
     """
     started = started or timezone.now()
-    try:
-        reservation = budgets.reserve(user, token=token, provider_id=provider.pk, model=model,
-                                      prompt_tokens=prompt_tokens, max_tokens=max_tokens, now=started,
-                                      read=read)  # fmt: skip
-    except budgets.BudgetExceeded as exc:
-        exc.prompt_tokens = prompt_tokens
-        stream_metrics.refused(source)
-        raise
-    [usage] = commit_with([insert_read(Usage(
-        user=user, token=token, provider=provider, message=message, source=source, model=model, started=started,
-        status=Status.STREAMING, prompt_tokens=prompt_tokens, reserved_usd=reservation.usd,
-        reserved_tokens=reservation.tokens,
-        worker_id=worker_id,  # this process's lease: if it dies, another one closes the row
-    ))])  # fmt: skip
+    reservation = _reserve(user, source=source, token=token, provider=provider, model=model,
+                           prompt_tokens=prompt_tokens, max_tokens=max_tokens, now=started, read=read)  # fmt: skip
+    [usage] = commit_with([insert_read(_row(user, source=source, token=token, provider=provider, model=model,
+                                            prompt_tokens=prompt_tokens, reservation=reservation, message=message,
+                                            worker_id=worker_id, started=started))])  # fmt: skip
     stream_metrics.opened(usage.pk, source, provider.name, prompt_tokens)
     return usage
 
@@ -79,18 +84,147 @@ def open_row(user, *, source: str, provider: Provider, model: str, prompt_tokens
 def start(user, *, source: str, provider: Provider, model: str, prompt_tokens: int, max_tokens: int,
           token=None, worker_id: int | None = None, started: datetime | None = None,
           check_limits: bool = True) -> Usage:  # fmt: skip
-    """Start a metered stream: admit() and open_row() in one transaction; its usage row, `streaming`.
+    """Start a metered stream: the person's lock, the limits, the budget and the usage row in one transaction;
+    its usage row, `streaming`.
 
-    Raises LimitExceeded or BudgetExceeded. A chat turn takes the two steps itself, in its own
-    transaction, with the writes of its messages between them (chat/actions/turns.py).
+    Raises LimitExceeded or BudgetExceeded. Starts of one person (with the same token, provider and
+    model) that arrive while one of theirs holds the lock are made together, in the next
+    transaction (_Together): one lock and one set of reads for all of them, each admitted as if
+    one after another. A chat turn takes admit() and open_row() itself, in its own transaction,
+    with the writes of its messages between them (chat/actions/turns.py).
     """
     started = started or timezone.now()
+    mine = _Start(started, prompt_tokens, max_tokens, worker_id)
+    key = (user.pk, source, token.pk if token is not None else None, provider.pk, model, check_limits,
+           budgets.month_start(started))  # fmt: skip
+    _Together.join(
+        key,
+        mine,
+        lambda starts: _start_together(
+            user, starts, source=source, provider=provider, model=model, token=token, check_limits=check_limits
+        ),
+    )
+    if mine.error is not None:
+        raise mine.error
+    return mine.usage
+
+
+@dataclass(eq=False)
+class _Start:
+    """One start waiting to be made with its person's others (start()), and what became of it."""
+
+    started: datetime
+    prompt_tokens: int
+    max_tokens: int
+    worker_id: int | None
+    usage: Usage | None = None
+    error: BaseException | None = None
+    lead: bool = False
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+class _Together:
+    """A person's starts, queued per key while one of theirs is being made, then made in one go by one thread.
+
+    The thread whose start finds no other being made leads: it makes every start queued under
+    its key by then, and hands the lead to the first start queued after, whose thread was waiting.
+    Nothing waits on purpose: a start alone is made at once, and a queue forms only behind a start
+    already under way, whose lock the queued ones would have waited for anyway, one at a time.
+    """
+
+    _queued: dict[tuple, list[_Start]] = {}
+    _leading: set[tuple] = set()
+    _guard = threading.Lock()
+
+    @classmethod
+    def join(cls, key: tuple, mine: _Start, make: Callable[[list[_Start]], None]) -> None:
+        with cls._guard:
+            cls._queued.setdefault(key, []).append(mine)
+            if key not in cls._leading:
+                cls._leading.add(key)
+                mine.lead = True
+        if not mine.lead:
+            mine.done.wait()  # made by another thread, or handed the lead
+        if mine.lead:
+            cls._lead(key, make)
+
+    @classmethod
+    def _lead(cls, key: tuple, make: Callable[[list[_Start]], None]) -> None:
+        with cls._guard:
+            starts = cls._queued.pop(key)
+        try:
+            make(starts)
+        except BaseException as exc:  # the transaction failed: every start of it fails with its error
+            for start in starts:
+                if start.usage is None and start.error is None:
+                    start.error = exc
+        finally:
+            with cls._guard:
+                waiting = cls._queued.get(key)
+                if waiting:
+                    waiting[0].lead = True
+                else:
+                    cls._leading.discard(key)
+            for start in [*starts, *waiting[:1]] if waiting else starts:
+                start.done.set()
+
+
+def _start_together(user, starts: list[_Start], *, source: str, provider: Provider, model: str, token,
+                    check_limits: bool) -> None:  # fmt: skip
+    """Make `starts` (one person's, same source, token, provider and model) in one transaction, in order.
+
+    Each is admitted as if the ones before it had been written: the limits count them, the budget
+    counts their reservations. A refused one gets its error; the others' rows go with the COMMIT.
+    """
+    now = max(start.started for start in starts)  # the reads see every row written before the latest of them
+    admitted: list[tuple[_Start, Usage]] = []
+    ahead = budgets.Spent(usd=Decimal(0), tokens=0)
     with transaction.atomic():
-        read = admit(user, source=source, token=token, check_limits=check_limits, provider=provider, model=model,
-                     now=started)  # fmt: skip
-        return open_row(user, source=source, provider=provider, model=model, prompt_tokens=prompt_tokens,
-                        max_tokens=max_tokens, token=token, worker_id=worker_id, started=started,
-                        read=read)  # fmt: skip
+        counted, read = _admission(user, source=source, token=token, check_limits=check_limits, provider=provider,
+                                   model=model, now=now)  # fmt: skip
+        for start in starts:
+            try:
+                if check_limits:
+                    limits.enforce(user, source=source, token=token, counted=counted, now=start.started,
+                                   ahead=len(admitted))  # fmt: skip
+                reservation = _reserve(user, source=source, token=token, provider=provider, model=model,
+                                       prompt_tokens=start.prompt_tokens, max_tokens=start.max_tokens,
+                                       now=start.started, read=read, ahead=ahead)  # fmt: skip
+            except (limits.LimitExceeded, budgets.BudgetExceeded) as exc:
+                start.error = exc
+                continue
+            admitted.append((start, _row(user, source=source, token=token, provider=provider, model=model,
+                                         prompt_tokens=start.prompt_tokens, reservation=reservation,
+                                         worker_id=start.worker_id, started=start.started)))  # fmt: skip
+            ahead = budgets.Spent(usd=ahead.usd + (reservation.usd or 0), tokens=ahead.tokens + reservation.tokens)
+        if admitted:
+            commit_with([insert_read(row) for _, row in admitted])
+    for start, usage in admitted:
+        start.usage = usage
+        stream_metrics.opened(usage.pk, source, provider.name, start.prompt_tokens)
+
+
+def _reserve(user, *, source: str, token, provider: Provider, model: str, prompt_tokens: int, max_tokens: int,
+             now: datetime, read: list | None, ahead: budgets.Spent | None = None) -> budgets.Reservation:  # fmt: skip
+    try:
+        return budgets.reserve(user, token=token, provider_id=provider.pk, model=model, prompt_tokens=prompt_tokens,
+                               max_tokens=max_tokens, now=now, read=read, ahead=ahead)  # fmt: skip
+    except budgets.BudgetExceeded as exc:
+        exc.prompt_tokens = prompt_tokens
+        stream_metrics.refused(source)
+        raise
+
+
+def _row(user, *, source: str, token, provider: Provider, model: str, prompt_tokens: int,
+         reservation: budgets.Reservation, started: datetime, worker_id: int | None,
+         message=None) -> Usage:  # fmt: skip
+    """A new stream's usage row, `streaming`, with its reservation."""
+    return Usage(
+        user=user, token=token, provider=provider, message=message, source=source, model=model, started=started,
+        status=Status.STREAMING, prompt_tokens=prompt_tokens, reserved_usd=reservation.usd,
+        reserved_tokens=reservation.tokens,
+        worker_id=worker_id,  # this process's lease: if it dies, another one closes the row
+    )  # fmt: skip
 
 
 def settle(pk: int, fields: dict[str, Any], row: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -13,9 +13,10 @@ from decimal import Decimal
 import pytest
 from django.contrib.auth import get_user_model
 from django.db import connection, connections, transaction
+from django.test import override_settings
 
 from chat.actions import orphans
-from chat.metering import budgets, metered_streams, summary_triggers
+from chat.metering import budgets, limits, metered_streams, summary_triggers
 from chat.metering.budgets import Budget, Price
 from chat.models import ApiToken, Provider, Usage, UsageDay
 from tests.services import check_on_postgresql
@@ -169,3 +170,81 @@ def writes_each_row_apart(write):
 @pytest.mark.parametrize("check", ["check_a_checkpoint_waits_holding_nothing", "check_a_sweep_waits_holding_nothing"])
 def test_on_postgresql_a_write_of_many_usage_rows_holds_none_while_it_waits(check):
     check_on_postgresql("chat_rows_apart", "tests.metering.test_burst", check)
+
+
+def check_starts_queued_behind_a_lock_are_made_together() -> None:
+    """A person's starts that arrive while one of theirs waits for the lock are made in one transaction after
+    it, each admitted as if the ones before it were written: the cap on streams at once (3) still holds."""
+    person = get_user_model().objects.create_user("hal")
+    provider = Provider.objects.create(name="p", base_url="http://127.0.0.1:9/v1", api_key="k")
+    token, _ = ApiToken.issue(person, "t")
+    held, release = threading.Event(), threading.Event()
+
+    def hold_the_person() -> None:
+        try:
+            with transaction.atomic():
+                connection.cursor().execute("SELECT 1 FROM auth_user WHERE id = %s FOR NO KEY UPDATE", [person.pk])
+                held.set()
+                release.wait(60)
+        finally:
+            connections.close_all()
+
+    found: dict[int, object] = {}
+
+    def start(n: int) -> None:
+        try:
+            found[n] = metered_streams.start(person, source=Usage.Source.API, provider=provider, model="m",
+                                             prompt_tokens=PROMPT, max_tokens=MAX, token=token).pk  # fmt: skip
+        except Exception as exc:  # handed back to the test, which says which it expected
+            found[n] = exc
+        finally:
+            connections.close_all()
+
+    def until(condition) -> None:
+        deadline = time.monotonic() + 30
+        while not condition() and time.monotonic() < deadline:
+            time.sleep(0.01)  # neither PostgreSQL nor the queue tells when a start begins to wait
+        assert condition()
+
+    def waiting_for_a_lock() -> bool:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            )
+            return cursor.fetchone()[0] > 0
+
+    holder = threading.Thread(target=hold_the_person)
+    threads = [threading.Thread(target=start, args=(n,)) for n in range(5)]
+    holder.start()
+    try:
+        assert held.wait(30)
+        threads[0].start()
+        until(waiting_for_a_lock)  # the first start holds the lead, waiting for the person's row
+        for thread in threads[1:]:
+            thread.start()
+        until(lambda: sum(len(queue) for queue in metered_streams._Together._queued.values()) == 4)
+    finally:
+        release.set()
+        holder.join(60)
+        for thread in threads:
+            thread.join(60)
+    later = [found[n] for n in range(1, 5)]
+    assert isinstance(found[0], int), found
+    made = [pk for pk in later if isinstance(pk, int)]
+    refused = [exc for exc in later if isinstance(exc, limits.LimitExceeded)]
+    assert len(made) == 2 and len(refused) == 2 and {exc.code for exc in refused} == {"too_many_streams"}, later
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT id, xmin::text FROM chat_usage WHERE user_id = %s", [person.pk])
+        transactions = dict(cursor.fetchall())
+    assert sorted(transactions) == sorted([found[0], *made])
+    assert transactions[made[0]] == transactions[made[1]] != transactions[found[0]]  # the later two: one commit
+    assert summary_triggers.mismatches() == []
+
+
+@override_settings(API_MAX_STREAMS=3)
+def check_starts_together_three_at_most() -> None:
+    check_starts_queued_behind_a_lock_are_made_together()
+
+
+def test_on_postgresql_starts_queued_behind_a_lock_are_made_together():
+    check_on_postgresql("chat_together", "tests.metering.test_burst", "check_starts_together_three_at_most")

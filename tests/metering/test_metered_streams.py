@@ -16,7 +16,8 @@ from chat.streaming.catalog import CatalogEntry
 from chat.views.openai_api import MeteredRequest
 from tests.services import check_on_postgresql
 
-STEPS = ("admit", "open_row")
+# The steps every start takes: the lock with the reads, then the budget's reservation (then the row).
+STEPS = ("_admission", "_reserve")
 
 
 def start_each_way() -> dict[str, dict]:
@@ -45,7 +46,7 @@ def start_each_way() -> dict[str, dict]:
 
     def spy(name: str):
         def step(*args, **kwargs):
-            limited = (kwargs.get("check_limits", True),) if name == "admit" else ()
+            limited = (kwargs["check_limits"],) if name == "_admission" else ()
             taken.append((name, kwargs["source"], *limited))
             return originals[name](*args, **kwargs)
 
@@ -75,7 +76,7 @@ def check_starts() -> None:
                    Usage.Source.TITLE: titles.MAX_TOKENS}  # fmt: skip
     for source, start in found.items():
         limited = source != Usage.Source.TITLE  # a title skips the limits, and only them
-        assert start["steps"] == [("admit", source, limited), ("open_row", source)], (source, start["steps"])
+        assert start["steps"] == [("_admission", source, limited), ("_reserve", source)], (source, start["steps"])
         row = start["row"]
         assert row["status"] == "streaming" and row["prompt_tokens"] > 0, (source, row)
         assert row["reserved_tokens"] == row["prompt_tokens"] + completions[source], (source, row)
