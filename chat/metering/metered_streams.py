@@ -90,20 +90,23 @@ def start(user, *, source: str, provider: Provider, model: str, prompt_tokens: i
     Raises LimitExceeded or BudgetExceeded. Starts of one person (with the same token, provider and
     model) that arrive while one of theirs holds the lock are made together, in the next
     transaction (_Together): one lock and one set of reads for all of them, each admitted as if
-    one after another. A chat turn takes admit() and open_row() itself, in its own transaction,
-    with the writes of its messages between them (chat/actions/turns.py).
+    one after another; a start inside the caller's own atomic block is made alone, in it. A chat
+    turn takes admit() and open_row() itself, in its own transaction, with the writes of its
+    messages between them (chat/actions/turns.py).
     """
     started = started or timezone.now()
     mine = _Start(started, prompt_tokens, max_tokens, worker_id)
-    key = (user.pk, source, token.pk if token is not None else None, provider.pk, model, check_limits,
-           budgets.month_start(started))  # fmt: skip
-    _Together.join(
-        key,
-        mine,
-        lambda starts: _start_together(
-            user, starts, source=source, provider=provider, model=model, token=token, check_limits=check_limits
-        ),
-    )
+
+    def make(starts: list[_Start]) -> None:
+        _start_together(user, starts, source=source, provider=provider, model=model, token=token,
+                        check_limits=check_limits)  # fmt: skip
+
+    if connection.in_atomic_block:
+        make([mine])  # in the caller's transaction, which another thread's could not stand for
+    else:
+        key = (user.pk, source, token.pk if token is not None else None, provider.pk, model, check_limits,
+               budgets.month_start(started))  # fmt: skip
+        _Together.join(key, mine, make)
     if mine.error is not None:
         raise mine.error
     return mine.usage

@@ -248,3 +248,81 @@ def check_starts_together_three_at_most() -> None:
 
 def test_on_postgresql_starts_queued_behind_a_lock_are_made_together():
     check_on_postgresql("chat_together", "tests.metering.test_burst", "check_starts_together_three_at_most")
+
+
+def check_a_start_in_the_callers_transaction_is_made_in_it() -> None:
+    """A start inside the caller's atomic block is not made in another thread's transaction, even while others
+    of the person's are queued: the caller's rollback takes its row away, and only its row."""
+    person = get_user_model().objects.create_user("ida")
+    provider = Provider.objects.create(name="p", base_url="http://127.0.0.1:9/v1", api_key="k")
+    held, release = threading.Event(), threading.Event()
+    found: list = []
+
+    def hold_the_person() -> None:
+        try:
+            with transaction.atomic():
+                connection.cursor().execute("SELECT 1 FROM auth_user WHERE id = %s FOR NO KEY UPDATE", [person.pk])
+                held.set()
+                release.wait(60)
+        finally:
+            connections.close_all()
+
+    def start() -> int:
+        return metered_streams.start(person, source=Usage.Source.API, provider=provider, model="m",
+                                     prompt_tokens=PROMPT, max_tokens=MAX).pk  # fmt: skip
+
+    def elsewhere() -> None:
+        try:
+            found.append(start())
+        finally:
+            connections.close_all()
+
+    def lock_waits() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            )
+            return cursor.fetchone()[0]
+
+    def queued() -> int:
+        return sum(len(queue) for queue in metered_streams._Together._queued.values())
+
+    def until(condition) -> None:
+        deadline = time.monotonic() + 30
+        while not condition() and time.monotonic() < deadline:
+            time.sleep(0.01)  # neither PostgreSQL nor the queue tells when a start begins to wait
+
+    def releaser() -> None:
+        # Once the caller's start waits too: for the row (made in its own transaction) or in the queue.
+        try:
+            until(lambda: lock_waits() >= 2 or queued() >= 2)
+        finally:
+            release.set()
+            connections.close_all()
+
+    holder = threading.Thread(target=hold_the_person)
+    others = [threading.Thread(target=elsewhere) for _ in range(2)]
+    holder.start()
+    assert held.wait(30)
+    others[0].start()
+    until(lambda: lock_waits() >= 1)  # the first leads, waiting for the person's row
+    others[1].start()
+    until(lambda: queued() >= 1)  # the second is queued behind it
+    threading.Thread(target=releaser).start()
+    try:
+        with transaction.atomic():
+            mine = start()
+            raise RuntimeError("the caller's transaction fails")
+    except RuntimeError:
+        pass
+    holder.join(60)
+    for thread in others:
+        thread.join(60)
+    assert len(found) == 2 and Usage.objects.filter(pk__in=found).count() == 2, found
+    assert not Usage.objects.filter(pk=mine).exists()
+
+
+def test_on_postgresql_a_start_in_the_callers_transaction_is_made_in_it():
+    check_on_postgresql(
+        "chat_in_atomic", "tests.metering.test_burst", "check_a_start_in_the_callers_transaction_is_made_in_it"
+    )
