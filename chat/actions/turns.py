@@ -25,7 +25,7 @@ from chat.actions.attachments import check_message, copy_within_quota
 from chat.lib.model_params import one_token_limit, token_limit
 from chat.metering import budgets, metered_streams
 from chat.models import Attachment, ChatError, Conversation, Message, Provider, Usage, insert_row
-from chat.models.base import update_read
+from chat.models.base import insert_read, update_read
 from chat.streaming import upstream
 from chat.streaming.catalog import CatalogEntry
 from chat.streaming.generation import Job
@@ -92,6 +92,7 @@ class TurnRequest:
     worker_id: int | None = None  # the process that will stream the reply (its lease keeps the reply alive)
     tools: list[str] | None = None  # the MCP tools switched on for the conversation (None: as it was)
     admitted: bool = False  # metered_streams.admit() ran at the transaction's start; else _answer runs it
+    ids: tuple[int, int, int] | None = None  # a new chat's ids, taken ahead (begin_turn)
 
     @cached_property
     def images(self) -> bool:
@@ -102,13 +103,16 @@ class TurnRequest:
 def begin_turn(user, entry: CatalogEntry, params: dict, *, conversation_id: int | None = None,
                content: str | None = None, edit: int | None = None, system_prompt: str | None = None,
                worker_id: int | None = None, attachments: list[int] | None = None, regenerate: int | None = None,
-               continued: int | None = None, tools: list[str] | None = None) -> Turn:  # fmt: skip
+               continued: int | None = None, tools: list[str] | None = None,
+               ids: tuple[int, int, int] | None = None) -> Turn:  # fmt: skip
     """Store the user's message and an empty streaming reply, in one transaction.
 
     content alone: a new message (`attachments`: ids of the user's unsent uploads, sent with it).
     edit=<id of a user message> with content: an edit. Neither: a regenerated answer to the user
     message of `regenerate` (an answer or a user message; default the current one).
     continued=<id of the current answer>: a continued answer, asked with CONTINUE_PROMPT.
+    `ids`: a new chat's conversation, message and reply ids, taken ahead (ids_read), so that their
+    inserts go with the lock in one round trip.
     """
     # The person's row is locked (chat/metering/metered_streams.py: admit) for the start's last steps only,
     # just before its usage row, so that a person's turns starting together wait for each other's
@@ -116,7 +120,8 @@ def begin_turn(user, entry: CatalogEntry, params: dict, *, conversation_id: int 
     # A turn with uploads takes it first: their quota and their unsent state are the person's.
     early = bool(attachments) or edit is not None
     request = TurnRequest(user=user, entry=entry, params=params, conversation_id=conversation_id,
-                          system_prompt=system_prompt, worker_id=worker_id, tools=tools, admitted=early)  # fmt: skip
+                          system_prompt=system_prompt, worker_id=worker_id, tools=tools, admitted=early,
+                          ids=ids)  # fmt: skip
     try:
         with transaction.atomic():
             if early:
@@ -149,20 +154,31 @@ def _new_message(request: TurnRequest, content: str, attachment_ids: list[int]) 
     """A new message after the conversation's current one, with the uploads `attachment_ids`."""
     attachments = _attachments(request, content, attachment_ids)
     new = request.conversation_id is None
+    # A new chat's rows with their ids taken ahead are written with the lock (_answer), in one round trip.
+    ahead = [] if new and request.ids is not None and not attachments else None
     if new:
         title = Conversation.title_for(content or (attachments[0].name if attachments else ""))
-        conversation = insert_row(Conversation(owner=request.user, title=title))
+        conversation = _written(Conversation(owner=request.user, title=title), ahead, request, 0)
     else:
         conversation = _conversation(request)
     # A new conversation's path is this message and its answer: both are stamped as chosen
     # as they are written, instead of by show()'s query and update.
-    user_message = insert_row(Message(
+    user_message = _written(Message(
         conversation=conversation, role=Message.Role.USER, content=content,
         parent_id=conversation.current_id, chosen=timezone.now() if new else None,
-    ))  # fmt: skip
+    ), ahead, request, 1)  # fmt: skip
     if attachments:
         Attachment.objects.attach_to(user_message, attachments)
-    return _answer(request, conversation, user_message, alone=new and not attachments)
+    return _answer(request, conversation, user_message, alone=new and not attachments, ahead=ahead)
+
+
+def _written(row, ahead: list | None, request: TurnRequest, index: int):
+    """`row` inserted now, or (`ahead` a list) given its id taken ahead and kept in `ahead` to insert with the lock."""
+    if ahead is None:
+        return insert_row(row)
+    row.pk = request.ids[index]
+    ahead.append(row)
+    return row
 
 
 def _edit(request: TurnRequest, pk: int, content: str | None) -> Turn:
@@ -243,10 +259,11 @@ def _continued_answer(conversation: Conversation, pk: int) -> Message:
 
 
 def _answer(request: TurnRequest, conversation: Conversation, user_message: Message, *,
-            continued: Message | None = None, alone: bool = False) -> Turn:  # fmt: skip
+            continued: Message | None = None, alone: bool = False, ahead: list | None = None) -> Turn:  # fmt: skip
     """Every turn's end: the conversation's settings, the history, the streaming reply, its reserved usage row.
 
-    `alone`: the conversation was created with this message and holds nothing else.
+    `alone`: the conversation was created with this message and holds nothing else. `ahead`: rows
+    with ids taken ahead, not yet written (_written): they go with the lock, the reply with them.
     """
     entry = request.entry
     now = timezone.now()
@@ -265,7 +282,7 @@ def _answer(request: TurnRequest, conversation: Conversation, user_message: Mess
     history = _history(request, conversation, user_message if alone else None)
     if continued is not None:
         history.append({"role": Message.Role.USER, "content": CONTINUE_PROMPT})
-    reply = _streaming_reply(request, conversation, user_message, continued, now)
+    reply = _streaming_reply(request, conversation, user_message, continued, now, ahead)
     conversation.current_id = reply.pk
     saved = update_read(Conversation, conversation.pk, {
         "current": reply, "model": conversation.model, "updated": now, "params": conversation.params,
@@ -276,9 +293,10 @@ def _answer(request: TurnRequest, conversation: Conversation, user_message: Mess
     read = None
     if request.admitted:
         saved.get()
-    else:  # the conversation's save goes with the lock and the start's reads, in one round trip on PostgreSQL
+    else:  # the turn's writes go with the lock and the start's reads, in one round trip on PostgreSQL
+        before = [*(insert_read(row) for row in ahead or ()), saved]
         read = metered_streams.admit(request.user, source=Usage.Source.CHAT, provider=entry.provider,
-                                     model=entry.model, now=now, before=saved)  # fmt: skip
+                                     model=entry.model, now=now, before=before)  # fmt: skip
     # The metered stream's start, last step (after admit()): reservation, usage row.
     usage = metered_streams.open_row(
         request.user, source=Usage.Source.CHAT, provider=entry.provider, model=entry.model,
@@ -302,15 +320,15 @@ def _history(request: TurnRequest, conversation: Conversation, alone: Message | 
 
 
 def _streaming_reply(request: TurnRequest, conversation: Conversation, user_message: Message,
-                     continued: Message | None, now) -> Message:  # fmt: skip
+                     continued: Message | None, now, ahead: list | None = None) -> Message:  # fmt: skip
     """The reply, streaming: a new answer to `user_message`, or the `continued` one again."""
     entry = request.entry
     if continued is None:
-        return insert_row(Message(
+        return _written(Message(
             conversation=conversation, parent=user_message, role=Message.Role.ASSISTANT,
             status=Message.Status.STREAMING, model=entry.model, updated=now, worker_id=request.worker_id,
             chosen=user_message.chosen if request.conversation_id is None else None,
-        ))  # fmt: skip
+        ), ahead, request, 2)  # fmt: skip
     continued.status, continued.model, continued.updated = Message.Status.STREAMING, entry.model, now
     continued.worker_id, continued.error, continued.finish_reason = request.worker_id, "", ""
     continued.stop_requested = False  # an earlier stream's stop is not this one's

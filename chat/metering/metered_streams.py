@@ -33,12 +33,12 @@ from chat.models.usage import Usage
 
 def admit(user, *, source: str, token=None, check_limits: bool = True, provider: Provider | None = None,
           model: str | None = None, now: datetime | None = None,
-          before: Read | None = None) -> list | None:  # fmt: skip
+          before: list[Read] = ()) -> list | None:  # fmt: skip
     """A start's first step, in its transaction: lock the person's row, then refuse a stream over the limits.
 
     With `provider` and `model` (the usage row follows at once: open_row() with `read` and `started`=`now`),
     the budget's reads go with the lock and the limits' in one round trip, and their rows are returned.
-    `before`: a write of the caller's sent ahead of the lock in that round trip.
+    `before`: writes of the caller's sent ahead of the lock in that round trip.
     """
     now = now or timezone.now()
     counted, read = _admission(user, source=source, token=token, check_limits=check_limits, provider=provider,
@@ -49,7 +49,7 @@ def admit(user, *, source: str, token=None, check_limits: bool = True, provider:
 
 
 def _admission(user, *, source: str, token, check_limits: bool, provider: Provider | None, model: str | None,
-               now: datetime, before: Read | None = None) -> tuple[tuple | None, list | None]:  # fmt: skip
+               now: datetime, before: list[Read] = ()) -> tuple[tuple | None, list | None]:  # fmt: skip
     """Lock the person's row and read what admitting a start takes, in one round trip on PostgreSQL:
     the limits' counts (None unless `check_limits`) and the budget's rows (None without a provider and model)."""
     reads = [limits.counts_sql(user, source=source, token=token, now=now)] if check_limits else []
@@ -245,7 +245,7 @@ def settle(pk: int, fields: dict[str, Any], row: dict[str, Any] | None = None) -
     return fields
 
 
-def _locked_reads(user_id: int, reads: list[tuple[str, list]], before: Read | None = None) -> list[list[tuple]]:
+def _locked_reads(user_id: int, reads: list[tuple[str, list]], before: list[Read] = ()) -> list[list[tuple]]:
     """Lock the person's row (see _lock_sql), then run `reads`, each a statement of its own; their rows.
 
     In one round trip on PostgreSQL (read_together: the lock and the reads sent together; psycopg
@@ -254,7 +254,7 @@ def _locked_reads(user_id: int, reads: list[tuple[str, list]], before: Read | No
     Each statement takes its own snapshot after the one before it ends: the reads see the start the
     lock waited for. SQLite has no row locks; its IMMEDIATE transactions already serialise writers.
     """
-    first = [] if before is None else [before]
+    first = list(before)
     if connection.vendor == "postgresql":
         # The start's commit does not wait for its WAL to reach the disk, as SQLite's (WAL, synchronous=NORMAL)
         # does not: it waited under the lock, every start of the person after it. A crash of the database's

@@ -233,12 +233,16 @@ def insert_read(obj: models.Model, using: str = "default") -> Read:
 
 
 def _insert_statement(obj: models.Model, using: str) -> tuple[str, list]:
-    """insert_row()'s SQL, made once per model (returning the pk where the database can), and its parameters."""
+    """insert_row()'s SQL, made once per model (returning the pk where the database can), and its parameters.
+
+    An `obj` whose pk is set (taken ahead: ids_read) is written with it."""
     meta, connection = obj._meta, connections[using]
-    key = (type(obj), using, None)
+    given = obj.pk is not None and meta.auto_field is not None
+    key = (type(obj), using, "pk" if given else None)
     sql = _statements.get(key)
     if sql is None:
-        fields = [field for field in meta.local_concrete_fields if field is not meta.auto_field]
+        fields = [meta.auto_field] if given else []
+        fields += [field for field in meta.local_concrete_fields if field is not meta.auto_field]
         quote = connection.ops.quote_name
         sql = (
             f"INSERT INTO {quote(meta.db_table)} ({', '.join(quote(field.column) for field in fields)}) "
@@ -247,7 +251,7 @@ def _insert_statement(obj: models.Model, using: str) -> tuple[str, list]:
         if connection.features.can_return_columns_from_insert:
             sql += " " + connection.ops.return_insert_columns([meta.pk])[0]
         _statements[key] = sql
-    values = []
+    values = [meta.auto_field.get_db_prep_save(obj.pk, connection)] if given else []
     for field, default, prepared in _defaults_of(type(obj), using):
         if prepared is _NONE:
             values.append(_value(field, field.pre_save(obj, True), connection))
@@ -256,6 +260,21 @@ def _insert_statement(obj: models.Model, using: str) -> tuple[str, list]:
         same = type(value) is type(default) and value == default
         values.append(prepared if same else _value(field, value, connection))
     return sql, values
+
+
+def ids_read(*kinds: type[models.Model], using: str = "default") -> Read | None:
+    """New ids for rows of `kinds` (a model per row), taken ahead from their sequences; None elsewhere than PostgreSQL.
+
+    A row's insert that waits for the id of the one before (a message for its conversation's)
+    can then go in the same round trip (read_together); its make gives the ids, or None.
+    """
+    connection = connections[using]
+    if connection.vendor != "postgresql":
+        return None
+    quote = connection.ops.quote_name
+    taken = ", ".join(["nextval(pg_get_serial_sequence(%s, %s))"] * len(kinds))
+    params = [value for kind in kinds for value in (quote(kind._meta.db_table), kind._meta.pk.column)]
+    return Read(f"SELECT {taken}", params, make=lambda rows: None if None in rows[0] else tuple(rows[0]))
 
 
 def commit_with(reads: list[Read], using: str = "default") -> list:

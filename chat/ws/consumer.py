@@ -28,7 +28,7 @@ from chat.lib.request_fields import (
 from chat.metering.limits import FRAME_LIMIT_CLOSE_CODE, FrameLimiter
 from chat.models import ChatDefaults, ChatError, Conversation, Message, Provider
 from chat.models.access import access_from, access_reads
-from chat.models.base import Read, read_together
+from chat.models.base import Read, ids_read, read_together
 from chat.runtime import channel_layers, control, db_busy, db_threads, metrics, process_loops
 from chat.runtime.failures import FailureStreak
 from chat.streaming import generation
@@ -56,17 +56,21 @@ def turn_inputs(user, conversation_id: int | None) -> tuple:
     """What a turn's start reads before it resolves its model.
 
     An existing conversation's model (None: not this user's), a new chat's defaults (None for an
-    existing one), what the user may use, and the enabled providers.
+    existing one), what the user may use, the enabled providers, and on PostgreSQL a new chat's
+    ids taken ahead (its conversation's, its message's and its reply's; else None): begin_turn
+    then sends their inserts with the lock, in one round trip.
     """
     if conversation_id is None:
-        first = ChatDefaults.read_of(user)
+        first, ids = ChatDefaults.read_of(user), ids_read(Conversation, Message, Message)
     else:
         models = Conversation.objects.owned_by(user).filter(pk=conversation_id).values_list("model")
         first = Read(*models.query.sql_with_params(), make=lambda rows: rows[0][0] if rows else None)
+        ids = None
     # In one round trip (read_together): they do not depend on each other.
-    found, rules, groups, providers = read_together([first, *access_reads(user), Provider.objects.enabled_read()])
+    reads = [first, *access_reads(user), Provider.objects.enabled_read(), *([ids] if ids is not None else [])]
+    found, rules, groups, providers, *taken = read_together(reads)
     stored, defaults = (None, found) if conversation_id is None else (found, None)
-    return stored, defaults, access_from(user, rules, groups), providers
+    return stored, defaults, access_from(user, rules, groups), providers, (taken or [None])[0]
 
 
 def open_turn(user, model: str | None, params: dict, catalog: list | None, *, conversation_id: int | None,
@@ -78,7 +82,7 @@ def open_turn(user, model: str | None, params: dict, catalog: list | None, *, co
     if one is missing: the caller fetches them and calls again with the catalog). Then
     begin_turn stores the turn; `turn` is its keyword arguments.
     """
-    stored, defaults, access, providers = turn_inputs(user, conversation_id)
+    stored, defaults, access, providers, ids = turn_inputs(user, conversation_id)
     if conversation_id is not None:
         if stored is None:
             raise ChatError("not_found", _("No such conversation."))
@@ -98,7 +102,7 @@ def open_turn(user, model: str | None, params: dict, catalog: list | None, *, co
         turn["system_prompt"] = access.system_prompt  # the group's default for a new chat
     if defaults is not None and turn.get("tools") is None:  # a new chat's tools: the person's, else the group's
         turn["tools"] = defaults.tools if defaults.tools is not None else access.tools
-    return begin_turn(user, entry, params, conversation_id=conversation_id, **turn), entry
+    return begin_turn(user, entry, params, conversation_id=conversation_id, ids=ids, **turn), entry
 
 
 class ChatConsumer(LeanJsonWebsocketConsumer):

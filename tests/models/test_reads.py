@@ -13,7 +13,7 @@ from psycopg import pq
 from chat.actions.turns import begin_turn
 from chat.auth.api_tokens import caller
 from chat.metering import limits, metered_streams
-from chat.models import ApiToken, ChatDefaults, Provider, Usage
+from chat.models import ApiToken, ChatDefaults, Conversation, Provider, Usage
 from chat.models.base import Read, read_together
 from chat.streaming.catalog import CatalogEntry
 from chat.ws.consumer import turn_inputs
@@ -87,10 +87,11 @@ def check_reads() -> None:
     assert token.user == user and not access.everything and [p.name for p in providers] == ["p"]
     assert trips in (None, 1)
 
-    # A new chat's inputs: the person's defaults, their access and the providers.
-    (stored, defaults, access, providers), trips = round_trips(lambda: turn_inputs(user, None))
+    # A new chat's inputs: the person's defaults, their access, the providers, and on PostgreSQL three new ids.
+    (stored, defaults, access, providers, ids), trips = round_trips(lambda: turn_inputs(user, None))
     assert stored is None and defaults.system_prompt == "be brief" and [p.name for p in providers] == ["p"]
     assert trips in (None, 1)
+    assert (ids is None) == (connection.vendor != "postgresql") and (ids is None or ids[1] != ids[2]), ids
 
 
 @pytest.mark.django_db(transaction=True)
@@ -108,15 +109,29 @@ def test_the_trace_counts_each_statement_alone_as_a_round_trip():
 
 
 def check_turn() -> None:
-    """A new chat's turn saves its conversation in the round trip that takes the person's lock."""
+    """A new chat's turn is two round trips: its rows (their ids taken ahead, with its inputs) with BEGIN and the
+    person's lock, then its usage row with the COMMIT; its tools are read after. Without the ids, one insert after
+    another, the first with the BEGIN."""
     user = get_user_model().objects.create_user("fran")
     provider = Provider.objects.create(name="p", base_url="http://127.0.0.1:9/v1", api_key="k")
-    _, batches = sent_batches(lambda: begin_turn(user, CatalogEntry(provider, "m"), {}, content="hello"))
-    locked = next(batch for batch in batches if any("FOR NO KEY UPDATE" in text for text in batch))
-    assert any(text.startswith('"" "UPDATE "chat_conversation" SET "current_id"') for text in locked), locked
-    # Its first insert goes with the BEGIN, its usage row with the COMMIT, and its tools are read after.
+    ids = turn_inputs(user, None)[4]
+    turn, batches = sent_batches(lambda: begin_turn(user, CatalogEntry(provider, "m"), {}, content="hello", ids=ids))
+    assert len(batches) == 2, batches
+    inserted = [text.split('"')[4] for text in batches[0] if text.startswith('"" "INSERT INTO')]
+    assert batches[0][0] == '"" "BEGIN" 0' and inserted == ["chat_conversation", "chat_message", "chat_message"]
+    assert any(text.startswith('"" "UPDATE "chat_conversation" SET "current_id"') for text in batches[0])
+    assert any("FOR NO KEY UPDATE" in text for text in batches[0]), batches[0]
+    assert batches[1][0].startswith('"" "INSERT INTO "chat_usage"') and batches[1][-1] == '"" "COMMIT" 0', batches
+    assert (turn.conversation.pk, turn.user_message.pk, turn.reply.pk) == ids
+    stored = Conversation.objects.get(pk=ids[0])
+    assert stored.current_id == ids[2] and list(stored.messages.order_by("pk").values_list("pk", "parent_id")) == [
+        (ids[1], None), (ids[2], ids[1])
+    ]  # fmt: skip
+    assert Usage.objects.get(message_id=ids[2]).status == "streaming"
+
+    _, batches = sent_batches(lambda: begin_turn(user, CatalogEntry(provider, "m"), {}, content="again"))
     assert batches[0][0] == '"" "BEGIN" 0' and batches[0][1].startswith('"" "INSERT INTO "chat_conversation"')
-    assert batches[-1][0].startswith('"" "INSERT INTO "chat_usage"') and batches[-1][-1] == '"" "COMMIT" 0', batches
+    assert len(batches) == 5, batches
 
 
 def test_on_postgresql_a_turn_saves_its_conversation_with_the_lock():
