@@ -172,6 +172,38 @@ def test_on_postgresql_a_write_of_many_usage_rows_holds_none_while_it_waits(chec
     check_on_postgresql("chat_rows_apart", "tests.metering.test_burst", check)
 
 
+def holding_the_person(person, held: threading.Event, release: threading.Event) -> None:
+    """Hold `person`'s row as a start holds it (on a thread of its own) until `release`; `held` once had."""
+    try:
+        with transaction.atomic():
+            connection.cursor().execute("SELECT 1 FROM auth_user WHERE id = %s FOR NO KEY UPDATE", [person.pk])
+            held.set()
+            release.wait(60)
+    finally:
+        connections.close_all()
+
+
+def lock_waits() -> int:
+    """How many of this database's backends wait for a lock now."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        )
+        return cursor.fetchone()[0]
+
+
+def queued() -> int:
+    """How many starts of this process wait behind another of their person's (metered_streams._Together)."""
+    return sum(len(queue) for queue in metered_streams._Together._queued.values())
+
+
+def until(condition) -> None:
+    deadline = time.monotonic() + 30
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.01)  # neither PostgreSQL nor the queue tells when a start begins to wait
+    assert condition()
+
+
 def check_starts_queued_behind_a_lock_are_made_together() -> None:
     """A person's starts that arrive while one of theirs waits for the lock are made in one transaction after
     it, each admitted as if the ones before it were written: the cap on streams at once (3) still holds."""
@@ -179,16 +211,6 @@ def check_starts_queued_behind_a_lock_are_made_together() -> None:
     provider = Provider.objects.create(name="p", base_url="http://127.0.0.1:9/v1", api_key="k")
     token, _ = ApiToken.issue(person, "t")
     held, release = threading.Event(), threading.Event()
-
-    def hold_the_person() -> None:
-        try:
-            with transaction.atomic():
-                connection.cursor().execute("SELECT 1 FROM auth_user WHERE id = %s FOR NO KEY UPDATE", [person.pk])
-                held.set()
-                release.wait(60)
-        finally:
-            connections.close_all()
-
     found: dict[int, object] = {}
 
     def start(n: int) -> None:
@@ -200,29 +222,16 @@ def check_starts_queued_behind_a_lock_are_made_together() -> None:
         finally:
             connections.close_all()
 
-    def until(condition) -> None:
-        deadline = time.monotonic() + 30
-        while not condition() and time.monotonic() < deadline:
-            time.sleep(0.01)  # neither PostgreSQL nor the queue tells when a start begins to wait
-        assert condition()
-
-    def waiting_for_a_lock() -> bool:
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
-            )
-            return cursor.fetchone()[0] > 0
-
-    holder = threading.Thread(target=hold_the_person)
+    holder = threading.Thread(target=holding_the_person, args=(person, held, release))
     threads = [threading.Thread(target=start, args=(n,)) for n in range(5)]
     holder.start()
     try:
         assert held.wait(30)
         threads[0].start()
-        until(waiting_for_a_lock)  # the first start holds the lead, waiting for the person's row
+        until(lambda: lock_waits() >= 1)  # the first start holds the lead, waiting for the person's row
         for thread in threads[1:]:
             thread.start()
-        until(lambda: sum(len(queue) for queue in metered_streams._Together._queued.values()) == 4)
+        until(lambda: queued() == 4)
     finally:
         release.set()
         holder.join(60)
@@ -258,15 +267,6 @@ def check_a_start_in_the_callers_transaction_is_made_in_it() -> None:
     held, release = threading.Event(), threading.Event()
     found: list = []
 
-    def hold_the_person() -> None:
-        try:
-            with transaction.atomic():
-                connection.cursor().execute("SELECT 1 FROM auth_user WHERE id = %s FOR NO KEY UPDATE", [person.pk])
-                held.set()
-                release.wait(60)
-        finally:
-            connections.close_all()
-
     def start() -> int:
         return metered_streams.start(person, source=Usage.Source.API, provider=provider, model="m",
                                      prompt_tokens=PROMPT, max_tokens=MAX).pk  # fmt: skip
@@ -277,21 +277,6 @@ def check_a_start_in_the_callers_transaction_is_made_in_it() -> None:
         finally:
             connections.close_all()
 
-    def lock_waits() -> int:
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
-            )
-            return cursor.fetchone()[0]
-
-    def queued() -> int:
-        return sum(len(queue) for queue in metered_streams._Together._queued.values())
-
-    def until(condition) -> None:
-        deadline = time.monotonic() + 30
-        while not condition() and time.monotonic() < deadline:
-            time.sleep(0.01)  # neither PostgreSQL nor the queue tells when a start begins to wait
-
     def releaser() -> None:
         # Once the caller's start waits too: for the row (made in its own transaction) or in the queue.
         try:
@@ -300,7 +285,7 @@ def check_a_start_in_the_callers_transaction_is_made_in_it() -> None:
             release.set()
             connections.close_all()
 
-    holder = threading.Thread(target=hold_the_person)
+    holder = threading.Thread(target=holding_the_person, args=(person, held, release))
     others = [threading.Thread(target=elsewhere) for _ in range(2)]
     holder.start()
     assert held.wait(30)
