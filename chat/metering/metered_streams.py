@@ -248,8 +248,8 @@ def settle(pk: int, fields: dict[str, Any], row: dict[str, Any] | None = None) -
 def _locked_reads(user_id: int, reads: list[tuple[str, list]], before: list[Read] = ()) -> list[list[tuple]]:
     """Lock the person's row (see _lock_sql), then run `reads`, each a statement of its own; their rows.
 
-    In one round trip on PostgreSQL (read_together: the lock and the reads sent together; psycopg
-    sends a transaction's BEGIN on its own before), since the row stays locked until the start's
+    In one round trip on PostgreSQL (read_together: the lock and the reads sent together, with the
+    transaction's BEGIN when they are its first statements), since the row stays locked until the start's
     commit, and every round trip under it is one that every other start of the person waits for.
     Each statement takes its own snapshot after the one before it ends: the reads see the start the
     lock waited for. SQLite has no row locks; its IMMEDIATE transactions already serialise writers.

@@ -109,78 +109,20 @@ def check_a_sweep_waits_holding_nothing() -> None:
     assert written("status") == ("interrupted", "streaming", "interrupted")
 
 
-def writes_each_row_apart(write):
-    """Start two /v1 streams, hold the second one's summary by model, and `write(first, second)` on a thread.
-
-    Gives a function of a column: its value on the first row while the write waits, on the second row then,
-    and on the second row once the write is done.
-    """
-    person = get_user_model().objects.create_user("gail")
-    provider = Provider.objects.create(name="p", base_url="http://127.0.0.1:9/v1", api_key="k")
-
-    def start(model: str) -> int:
-        return metered_streams.start(person, source=Usage.Source.API, provider=provider, model=model,
-                                     prompt_tokens=PROMPT, max_tokens=MAX, check_limits=False).pk  # fmt: skip
-
-    first, second = start("m"), start("n")
-    held, release = threading.Event(), threading.Event()
-
-    def hold_the_second_rows_shard() -> None:
-        try:
-            with transaction.atomic():
-                connection.cursor().execute("SELECT 1 FROM chat_usageday WHERE model = 'n' FOR UPDATE")
-                held.set()
-                release.wait(60)
-        finally:
-            connections.close_all()
-
-    def writing() -> None:
-        try:
-            write(first, second)
-        finally:
-            connections.close_all()
-
-    holder, writer = threading.Thread(target=hold_the_second_rows_shard), threading.Thread(target=writing)
-    holder.start()
-    try:
-        assert held.wait(30)
-        writer.start()
-        # PostgreSQL tells no one when a statement starts to wait for a lock: asked until it does.
-        deadline = time.monotonic() + 30
-        with connection.cursor() as cursor:
-            while True:
-                cursor.execute(
-                    "SELECT count(*) FROM pg_stat_activity "
-                    "WHERE datname = current_database() AND wait_event_type = 'Lock'"
-                )
-                if cursor.fetchone()[0] or time.monotonic() > deadline:
-                    break
-                time.sleep(0.01)
-        # The write waits on the second row; the first is written and committed, nothing of it held.
-        waiting = {pk: Usage.objects.filter(pk=pk).values().get() for pk in (first, second)}
-    finally:
-        release.set()
-        holder.join(60)
-        writer.join(60)
-    done = Usage.objects.filter(pk=second).values().get()
-    assert summary_triggers.mismatches() == []
-    return lambda column: (waiting[first][column], waiting[second][column], done[column])
-
-
-@pytest.mark.parametrize("check", ["check_a_checkpoint_waits_holding_nothing", "check_a_sweep_waits_holding_nothing"])
-def test_on_postgresql_a_write_of_many_usage_rows_holds_none_while_it_waits(check):
-    check_on_postgresql("chat_rows_apart", "tests.metering.test_burst", check)
-
-
-def holding_the_person(person, held: threading.Event, release: threading.Event) -> None:
-    """Hold `person`'s row as a start holds it (on a thread of its own) until `release`; `held` once had."""
+def holding(sql: str, params: list, held: threading.Event, release: threading.Event) -> None:
+    """Hold the rows `sql` locks (on a thread of its own, in a transaction) until `release`; `held` once had."""
     try:
         with transaction.atomic():
-            connection.cursor().execute("SELECT 1 FROM auth_user WHERE id = %s FOR NO KEY UPDATE", [person.pk])
+            connection.cursor().execute(sql, params)
             held.set()
             release.wait(60)
     finally:
         connections.close_all()
+
+
+def holding_the_person(person, held: threading.Event, release: threading.Event) -> None:
+    """Hold `person`'s row as a start holds it until `release`."""
+    holding("SELECT 1 FROM auth_user WHERE id = %s FOR NO KEY UPDATE", [person.pk], held, release)
 
 
 def lock_waits() -> int:
@@ -200,8 +142,53 @@ def queued() -> int:
 def until(condition) -> None:
     deadline = time.monotonic() + 30
     while not condition() and time.monotonic() < deadline:
-        time.sleep(0.01)  # neither PostgreSQL nor the queue tells when a start begins to wait
+        time.sleep(0.01)  # neither PostgreSQL nor the queue tells when a start or a write begins to wait
     assert condition()
+
+
+def writes_each_row_apart(write):
+    """Start two /v1 streams, hold the second one's summary by model, and `write(first, second)` on a thread.
+
+    Gives a function of a column: its value on the first row while the write waits, on the second row then,
+    and on the second row once the write is done.
+    """
+    person = get_user_model().objects.create_user("gail")
+    provider = Provider.objects.create(name="p", base_url="http://127.0.0.1:9/v1", api_key="k")
+
+    def start(model: str) -> int:
+        return metered_streams.start(person, source=Usage.Source.API, provider=provider, model=model,
+                                     prompt_tokens=PROMPT, max_tokens=MAX, check_limits=False).pk  # fmt: skip
+
+    first, second = start("m"), start("n")
+    held, release = threading.Event(), threading.Event()
+
+    def writing() -> None:
+        try:
+            write(first, second)
+        finally:
+            connections.close_all()
+
+    the_second_rows_shard = ("SELECT 1 FROM chat_usageday WHERE model = 'n' FOR UPDATE", [], held, release)
+    holder, writer = threading.Thread(target=holding, args=the_second_rows_shard), threading.Thread(target=writing)
+    holder.start()
+    try:
+        assert held.wait(30)
+        writer.start()
+        until(lambda: lock_waits() >= 1)
+        # The write waits on the second row; the first is written and committed, nothing of it held.
+        waiting = {pk: Usage.objects.filter(pk=pk).values().get() for pk in (first, second)}
+    finally:
+        release.set()
+        holder.join(60)
+        writer.join(60)
+    done = Usage.objects.filter(pk=second).values().get()
+    assert summary_triggers.mismatches() == []
+    return lambda column: (waiting[first][column], waiting[second][column], done[column])
+
+
+@pytest.mark.parametrize("check", ["check_a_checkpoint_waits_holding_nothing", "check_a_sweep_waits_holding_nothing"])
+def test_on_postgresql_a_write_of_many_usage_rows_holds_none_while_it_waits(check):
+    check_on_postgresql("chat_rows_apart", "tests.metering.test_burst", check)
 
 
 def check_starts_queued_behind_a_lock_are_made_together() -> None:
