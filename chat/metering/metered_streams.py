@@ -256,13 +256,25 @@ def _locked_reads(user_id: int, reads: list[tuple[str, list]], before: list[Read
     """
     first = list(before)
     if connection.vendor == "postgresql":
-        # The start's commit does not wait for its WAL to reach the disk, as SQLite's (WAL, synchronous=NORMAL)
-        # does not: it waited under the lock, every start of the person after it. A crash of the database's
-        # machine may lose the last moment's starts, never corrupt; a stream's final save still waits.
-        first.append(Read("SET LOCAL synchronous_commit TO OFF", []))
+        first.append(Read(_START_SETTINGS, []))
     if connection.features.has_select_for_update:
         first.append(Read(_lock_sql(), [user_id]))
     return read_together([*first, *(Read(sql, params) for sql, params in reads)])[len(first) :]
+
+
+# A start's settings, for its transaction only (set_config's `true`: SET LOCAL), in one statement:
+# - synchronous_commit off: the start's commit does not wait for its WAL to reach the disk, as
+#   SQLite's (WAL, synchronous=NORMAL) does not: it waited under the lock, every start of the person
+#   after it. A crash of the database's machine may lose the last moment's starts, never corrupt;
+#   a stream's final save still waits.
+# - plan_cache_mode force_generic_plan: the start's statements, prepared on the connection
+#   (settings.DATABASE_PREPARED), are planned once, not again at each start. PostgreSQL's own
+#   choice kept re-planning the budget's and the limits' reads (custom plans) on every start,
+#   which cost the database more CPU than running the whole transaction; each reads a few rows
+#   of one person through its indexes, whatever the values.
+_START_SETTINGS = (
+    "SELECT set_config('synchronous_commit', 'off', true), set_config('plan_cache_mode', 'force_generic_plan', true)"
+)
 
 
 def _lock_sql() -> str:

@@ -204,3 +204,26 @@ def check_prepared() -> None:
 
 def test_on_postgresql_the_statements_of_every_start_are_prepared():
     check_on_postgresql("chat_prepared", "tests.models.test_reads", "check_prepared")
+
+
+def check_planned_once() -> None:
+    """A start's reads, once prepared, are planned once on their connection, not again at every start."""
+    user = get_user_model().objects.create_user("fay")
+    provider = Provider.objects.create(name="p", base_url="http://127.0.0.1:9/v1", api_key="k")
+    token, _ = ApiToken.issue(user, "tests")
+    for _ in range(8):  # prepared from the sixth (settings.DATABASE_PREPARED)
+        usage = metered_streams.start(user, source=Usage.Source.API, token=token, provider=provider, model="m",
+                                      prompt_tokens=5, max_tokens=10)  # fmt: skip
+        metered_streams.settle(usage.pk, {"status": "complete"})
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements")
+        plans = {statement: (generic, custom) for statement, generic, custom in cursor.fetchall()}
+    reads = {statement: counts for statement, counts in plans.items() if "chat_budget" in statement
+             or "COUNT(CASE WHEN source" in statement or "SUM(reserved_usd)" in statement}  # fmt: skip
+    assert len(reads) == 4, plans  # the budgets, the limits, the person's month and the token's
+    # PostgreSQL's own choice re-planned them for the values of each start (custom plans).
+    assert all(generic >= 1 and custom == 0 for generic, custom in reads.values()), reads
+
+
+def test_on_postgresql_a_starts_reads_are_planned_once():
+    check_on_postgresql("chat_planned", "tests.models.test_reads", "check_planned_once")
