@@ -6,12 +6,15 @@ user message (same parent, same attachments); a regenerated answer, a sibling an
 message; a continued answer, the current one cut or stopped, streaming again and appending. Old
 branches are kept; `current` becomes the reply. One stream per conversation. The transaction
 is a metered stream's start (chat/metering/metered_streams.py) with the turn's writes before (or,
-with uploads, between) its two steps: over the person's limits or budget nothing is stored, and a refusal over budget
+with uploads, between) its two steps; a new chat's rows, their ids taken ahead on PostgreSQL, go
+with its usage row instead, in the start's own transaction, made together with the person's other
+starts of that moment. Over the person's limits or budget nothing is stored, and a refusal over budget
 leaves a `refused` usage row.
 """
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
@@ -112,18 +115,22 @@ def begin_turn(user, entry: CatalogEntry, params: dict, *, conversation_id: int 
     message of `regenerate` (an answer or a user message; default the current one).
     continued=<id of the current answer>: a continued answer, asked with CONTINUE_PROMPT.
     `ids`: a new chat's conversation, message and reply ids, taken ahead (ids_read), so that their
-    inserts go with the lock in one round trip.
+    inserts go with its usage row, in the metered start's last round trip.
     """
     # The person's row is locked (chat/metering/metered_streams.py: admit) for the start's last steps only,
     # just before its usage row, so that a person's turns starting together wait for each other's
     # start and not for their messages' writes (an existing conversation is locked by itself, below).
     # A turn with uploads takes it first: their quota and their unsent state are the person's.
     early = bool(attachments) or edit is not None
+    # A new chat's message without uploads, its ids taken ahead: nothing is read or written before the
+    # metered stream's start, whose own transaction writes its rows (_answer), made together with the
+    # person's other starts of that moment. Elsewhere the ids go unused.
+    ahead = ids is not None and conversation_id is None and not attachments and content is not None
     request = TurnRequest(user=user, entry=entry, params=params, conversation_id=conversation_id,
                           system_prompt=system_prompt, worker_id=worker_id, tools=tools, admitted=early,
-                          ids=ids)  # fmt: skip
+                          ids=ids if ahead else None)  # fmt: skip
     try:
-        with transaction.atomic():
+        with transaction.atomic() if not ahead else nullcontext():
             if early:
                 # The metered stream's start, first step: the person's row locked and their limits checked
                 # before anything is read or written. Otherwise in _answer; a refusal rolls back either way.
@@ -154,8 +161,8 @@ def _new_message(request: TurnRequest, content: str, attachment_ids: list[int]) 
     """A new message after the conversation's current one, with the uploads `attachment_ids`."""
     attachments = _attachments(request, content, attachment_ids)
     new = request.conversation_id is None
-    # A new chat's rows with their ids taken ahead are written with the lock (_answer), in one round trip.
-    ahead = [] if new and request.ids is not None and not attachments else None
+    # A new chat's rows with their ids taken ahead are written with its usage row (_answer).
+    ahead = [] if request.ids is not None else None
     if new:
         title = Conversation.title_for(content or (attachments[0].name if attachments else ""))
         conversation = _written(Conversation(owner=request.user, title=title), ahead, request, 0)
@@ -290,20 +297,23 @@ def _answer(request: TurnRequest, conversation: Conversation, user_message: Mess
     })  # fmt: skip
     if request.conversation_id is not None:  # an existing conversation: stamp the branch now shown
         conversation.messages.filter(pk__in=conversation.path_ids()).update(chosen=now)
-    read = None
-    if request.admitted:
-        saved.get()
-    else:  # the turn's writes go with the lock and the start's reads, in one round trip on PostgreSQL
-        before = [*(insert_read(row) for row in ahead or ()), saved]
-        read = metered_streams.admit(request.user, source=Usage.Source.CHAT, provider=entry.provider,
-                                     model=entry.model, now=now, before=before)  # fmt: skip
-    # The metered stream's start, last step (after admit()): reservation, usage row.
-    usage = metered_streams.open_row(
-        request.user, source=Usage.Source.CHAT, provider=entry.provider, model=entry.model,
+    metered = dict(
+        source=Usage.Source.CHAT, provider=entry.provider, model=entry.model,
         prompt_tokens=upstream.estimate_tokens(prompt_chars(history)),  # chat/streaming/relay.py: text and images
         max_tokens=token_limit(one_token_limit(conversation.params), settings.UPSTREAM_MAX_TOKENS),
-        message=reply, worker_id=request.worker_id, started=now, read=read,
+        message=reply, worker_id=request.worker_id, started=now,
     )  # fmt: skip
+    if ahead is not None:  # nothing written yet: the rows go with the usage row, if the start is admitted
+        usage = metered_streams.start(request.user, before=[*(insert_read(row) for row in ahead), saved], **metered)
+    else:
+        read = None
+        if request.admitted:
+            saved.get()
+        else:  # the turn's writes go with the lock and the start's reads, in one round trip on PostgreSQL
+            read = metered_streams.admit(request.user, source=Usage.Source.CHAT, provider=entry.provider,
+                                         model=entry.model, now=now, before=[saved])  # fmt: skip
+        # The metered stream's start, last step (after admit()): reservation, usage row.
+        usage = metered_streams.open_row(request.user, read=read, **metered)
     prefix = (continued.content, continued.reasoning) if continued is not None else None
     return Turn(conversation, user_message, reply, usage, history, prefix)
 

@@ -83,19 +83,21 @@ def open_row(user, *, source: str, provider: Provider, model: str, prompt_tokens
 
 def start(user, *, source: str, provider: Provider, model: str, prompt_tokens: int, max_tokens: int,
           token=None, worker_id: int | None = None, started: datetime | None = None,
-          check_limits: bool = True) -> Usage:  # fmt: skip
+          check_limits: bool = True, message=None, before: list[Read] = ()) -> Usage:  # fmt: skip
     """Start a metered stream: the person's lock, the limits, the budget and the usage row in one transaction;
     its usage row, `streaming`.
 
     Raises LimitExceeded or BudgetExceeded. Starts of one person (with the same token, provider and
     model) that arrive while one of theirs holds the lock are made together, in the next
     transaction (_Together): one lock and one set of reads for all of them, each admitted as if
-    one after another; a start inside the caller's own atomic block is made alone, in it. A chat
-    turn takes admit() and open_row() itself, in its own transaction, with the writes of its
-    messages between them (chat/actions/turns.py).
+    one after another; a start inside the caller's own atomic block is made alone, in it.
+    `before`: the caller's own writes (a new chat's rows, whose ids were taken ahead), sent with the
+    usage row if the start is admitted, and not at all if it is refused; `message`: a chat reply's row.
+    A chat turn that must read or write in between (an existing conversation, uploads) takes admit()
+    and open_row() itself, in its own transaction (chat/actions/turns.py).
     """
     started = started or timezone.now()
-    mine = _Start(started, prompt_tokens, max_tokens, worker_id)
+    mine = _Start(started, prompt_tokens, max_tokens, worker_id, message, list(before))
 
     def make(starts: list[_Start]) -> None:
         _start_together(user, starts, source=source, provider=provider, model=model, token=token,
@@ -120,6 +122,8 @@ class _Start:
     prompt_tokens: int
     max_tokens: int
     worker_id: int | None
+    message: Any = None
+    before: list[Read] = field(default_factory=list)
     usage: Usage | None = None
     error: BaseException | None = None
     lead: bool = False
@@ -177,7 +181,8 @@ def _start_together(user, starts: list[_Start], *, source: str, provider: Provid
     """Make `starts` (one person's, same source, token, provider and model) in one transaction, in order.
 
     Each is admitted as if the ones before it had been written: the limits count them, the budget
-    counts their reservations. A refused one gets its error; the others' rows go with the COMMIT.
+    counts their reservations. A refused one gets its error; the others' rows (their callers' writes
+    first) go with the COMMIT.
     """
     now = max(start.started for start in starts)  # the reads see every row written before the latest of them
     admitted: list[tuple[_Start, Usage]] = []
@@ -198,10 +203,11 @@ def _start_together(user, starts: list[_Start], *, source: str, provider: Provid
                 continue
             admitted.append((start, _row(user, source=source, token=token, provider=provider, model=model,
                                          prompt_tokens=start.prompt_tokens, reservation=reservation,
-                                         worker_id=start.worker_id, started=start.started)))  # fmt: skip
+                                         message=start.message, worker_id=start.worker_id,
+                                         started=start.started)))  # fmt: skip
             ahead = budgets.Spent(usd=ahead.usd + (reservation.usd or 0), tokens=ahead.tokens + reservation.tokens)
         if admitted:
-            commit_with([insert_read(row) for _, row in admitted])
+            commit_with([read for start, row in admitted for read in (*start.before, insert_read(row))])
     for start, usage in admitted:
         start.usage = usage
         stream_metrics.opened(usage.pk, source, provider.name, start.prompt_tokens)

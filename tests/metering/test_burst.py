@@ -16,9 +16,12 @@ from django.db import connection, connections, transaction
 from django.test import override_settings
 
 from chat.actions import orphans
+from chat.actions.turns import Turn, begin_turn
 from chat.metering import budgets, limits, metered_streams, summary_triggers
 from chat.metering.budgets import Budget, Price
-from chat.models import ApiToken, Provider, Usage, UsageDay
+from chat.models import ApiToken, Conversation, Message, Provider, Usage, UsageDay
+from chat.streaming.catalog import CatalogEntry
+from chat.ws.consumer import turn_inputs
 from tests.services import check_on_postgresql
 
 PROMPT, MAX = 10, 90  # a start reserves 100 tokens
@@ -191,26 +194,22 @@ def test_on_postgresql_a_write_of_many_usage_rows_holds_none_while_it_waits(chec
     check_on_postgresql("chat_rows_apart", "tests.metering.test_burst", check)
 
 
-def check_starts_queued_behind_a_lock_are_made_together() -> None:
-    """A person's starts that arrive while one of theirs waits for the lock are made in one transaction after
-    it, each admitted as if the ones before it were written: the cap on streams at once (3) still holds."""
-    person = get_user_model().objects.create_user("hal")
-    provider = Provider.objects.create(name="p", base_url="http://127.0.0.1:9/v1", api_key="k")
-    token, _ = ApiToken.issue(person, "t")
+def made_behind_a_lock(person, start) -> tuple[object, list]:
+    """Hold `person`'s row, let `start(0)` wait for it, queue `start(1)`..`start(4)` behind that one, release:
+    what the first returned or raised, and what the later four did."""
     held, release = threading.Event(), threading.Event()
     found: dict[int, object] = {}
 
-    def start(n: int) -> None:
+    def starting(n: int) -> None:
         try:
-            found[n] = metered_streams.start(person, source=Usage.Source.API, provider=provider, model="m",
-                                             prompt_tokens=PROMPT, max_tokens=MAX, token=token).pk  # fmt: skip
+            found[n] = start(n)
         except Exception as exc:  # handed back to the test, which says which it expected
             found[n] = exc
         finally:
             connections.close_all()
 
     holder = threading.Thread(target=holding_the_person, args=(person, held, release))
-    threads = [threading.Thread(target=start, args=(n,)) for n in range(5)]
+    threads = [threading.Thread(target=starting, args=(n,)) for n in range(5)]
     holder.start()
     try:
         assert held.wait(30)
@@ -224,17 +223,78 @@ def check_starts_queued_behind_a_lock_are_made_together() -> None:
         holder.join(60)
         for thread in threads:
             thread.join(60)
-    later = [found[n] for n in range(1, 5)]
-    assert isinstance(found[0], int), found
-    made = [pk for pk in later if isinstance(pk, int)]
+    return found[0], [found[n] for n in range(1, 5)]
+
+
+def two_made_two_refused(later: list) -> list:
+    """Of the four queued starts, behind a first, under a cap of 3 at once: the two made; the other two refused."""
+    made = [result for result in later if not isinstance(result, Exception)]
     refused = [exc for exc in later if isinstance(exc, limits.LimitExceeded)]
     assert len(made) == 2 and len(refused) == 2 and {exc.code for exc in refused} == {"too_many_streams"}, later
+    return made
+
+
+def commits_of(table: str, column: str, person) -> dict[int, str]:
+    """The person's rows of `table` (`column` names the person), each with the transaction that wrote it (xmin)."""
     with connection.cursor() as cursor:
-        cursor.execute("SELECT id, xmin::text FROM chat_usage WHERE user_id = %s", [person.pk])
-        transactions = dict(cursor.fetchall())
-    assert sorted(transactions) == sorted([found[0], *made])
-    assert transactions[made[0]] == transactions[made[1]] != transactions[found[0]]  # the later two: one commit
+        cursor.execute(f"SELECT id, xmin::text FROM {table} WHERE {column} = %s", [person.pk])
+        return dict(cursor.fetchall())
+
+
+def check_starts_queued_behind_a_lock_are_made_together() -> None:
+    """A person's starts that arrive while one of theirs waits for the lock are made in one transaction after
+    it, each admitted as if the ones before it were written: the cap on streams at once (3) still holds."""
+    person = get_user_model().objects.create_user("hal")
+    provider = Provider.objects.create(name="p", base_url="http://127.0.0.1:9/v1", api_key="k")
+    token, _ = ApiToken.issue(person, "t")
+    first, later = made_behind_a_lock(person, lambda n: metered_streams.start(
+        person, source=Usage.Source.API, provider=provider, model="m", prompt_tokens=PROMPT, max_tokens=MAX,
+        token=token,
+    ).pk)  # fmt: skip
+    assert isinstance(first, int), first
+    made = two_made_two_refused(later)
+    transactions = commits_of("chat_usage", "user_id", person)
+    assert sorted(transactions) == sorted([first, *made])
+    assert transactions[made[0]] == transactions[made[1]] != transactions[first]  # the later two: one commit
     assert summary_triggers.mismatches() == []
+
+
+@override_settings(CHAT_MAX_STREAMS=3)
+def check_new_chats_queued_behind_a_lock_are_made_together() -> None:
+    """A person's new chats started at once are made as their /v1 starts are: the ones queued behind a first in
+    one transaction, each conversation with its messages; a refused one stores nothing."""
+    person = get_user_model().objects.create_user("ida")
+    provider = Provider.objects.create(name="p", base_url="http://127.0.0.1:9/v1", api_key="k")
+
+    def new_chat(n: int) -> Turn:
+        ids = turn_inputs(person, None)[4]
+        assert ids is not None
+        return begin_turn(person, CatalogEntry(provider, "m"), {}, content=f"hello {n}", ids=ids)
+
+    first, later = made_behind_a_lock(person, new_chat)
+    assert isinstance(first, Turn), first
+    made = two_made_two_refused(later)
+    conversations = commits_of("chat_conversation", "owner_id", person)
+    assert sorted(conversations) == sorted(turn.conversation.pk for turn in [first, *made])  # none of the refused
+    assert conversations[made[0].conversation.pk] == conversations[made[1].conversation.pk]  # one commit
+    assert conversations[made[0].conversation.pk] != conversations[first.conversation.pk]
+    for turn in [first, *made]:
+        stored = Conversation.objects.get(pk=turn.conversation.pk)
+        messages = list(stored.messages.order_by("pk").values_list("pk", "parent_id", "status"))
+        assert stored.current_id == turn.reply.pk
+        assert messages == [
+            (turn.user_message.pk, None, "complete"),
+            (turn.reply.pk, turn.user_message.pk, "streaming"),
+        ]
+        assert Usage.objects.get(message_id=turn.reply.pk).status == "streaming"
+    assert Message.objects.filter(conversation__owner=person).count() == 6
+    assert summary_triggers.mismatches() == []
+
+
+def test_on_postgresql_new_chats_queued_behind_a_lock_are_made_together():
+    check_on_postgresql(
+        "chat_together_turns", "tests.metering.test_burst", "check_new_chats_queued_behind_a_lock_are_made_together"
+    )
 
 
 @override_settings(API_MAX_STREAMS=3)

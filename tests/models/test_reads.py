@@ -109,19 +109,19 @@ def test_the_trace_counts_each_statement_alone_as_a_round_trip():
 
 
 def check_turn() -> None:
-    """A new chat's turn is two round trips: its rows (their ids taken ahead, with its inputs) with BEGIN and the
-    person's lock, then its usage row with the COMMIT; its tools are read after. Without the ids, one insert after
-    another, the first with the BEGIN."""
+    """A new chat's turn is two round trips: BEGIN with the person's lock and the start's reads, then its rows
+    (their ids taken ahead, with its inputs) and its usage row with the COMMIT; its tools are read after.
+    Without the ids, one insert after another, the first with the BEGIN."""
     user = get_user_model().objects.create_user("fran")
     provider = Provider.objects.create(name="p", base_url="http://127.0.0.1:9/v1", api_key="k")
     ids = turn_inputs(user, None)[4]
     turn, batches = sent_batches(lambda: begin_turn(user, CatalogEntry(provider, "m"), {}, content="hello", ids=ids))
     assert len(batches) == 2, batches
-    inserted = [text.split('"')[4] for text in batches[0] if text.startswith('"" "INSERT INTO')]
-    assert batches[0][0] == '"" "BEGIN" 0' and inserted == ["chat_conversation", "chat_message", "chat_message"]
-    assert any(text.startswith('"" "UPDATE "chat_conversation" SET "current_id"') for text in batches[0])
-    assert any("FOR NO KEY UPDATE" in text for text in batches[0]), batches[0]
-    assert batches[1][0].startswith('"" "INSERT INTO "chat_usage"') and batches[1][-1] == '"" "COMMIT" 0', batches
+    assert batches[0][0] == '"" "BEGIN" 0' and any("FOR NO KEY UPDATE" in text for text in batches[0]), batches
+    inserted = [text.split('"')[4] for text in batches[1] if text.startswith('"" "INSERT INTO')]
+    assert inserted == ["chat_conversation", "chat_message", "chat_message", "chat_usage"], batches[1]
+    assert any(text.startswith('"" "UPDATE "chat_conversation" SET "current_id"') for text in batches[1])
+    assert batches[1][-1] == '"" "COMMIT" 0', batches
     assert (turn.conversation.pk, turn.user_message.pk, turn.reply.pk) == ids
     stored = Conversation.objects.get(pk=ids[0])
     assert stored.current_id == ids[2] and list(stored.messages.order_by("pk").values_list("pk", "parent_id")) == [
