@@ -318,6 +318,10 @@ class Generation:
         ])  # fmt: skip
 
     async def _notify_call(self, call: tool_loop.Call) -> None:
+        if call.status == tool_loop.WAITING:
+            # Ready for the answer before the person is asked: an Approve that arrives while the rounds
+            # are being saved, below, is kept for _approve rather than dropped (handle).
+            self._approvals.setdefault(call.id, asyncio.get_running_loop().create_future())
         await self._send_tool(type="tool_call", round=len(self.rounds) - 1, call=call.public())
         if call.status not in (tool_loop.RUNNING,):
             try:
@@ -327,7 +331,7 @@ class Generation:
 
     async def _approve(self, call: tool_loop.Call) -> bool:
         """The person's Approve (True) or Deny, or a denial after MCP_APPROVAL_SECONDS."""
-        future = self._approvals[call.id] = asyncio.get_running_loop().create_future()
+        future = self._approvals.setdefault(call.id, asyncio.get_running_loop().create_future())
         try:
             async with asyncio.timeout(settings.MCP_APPROVAL_SECONDS):
                 return await future
