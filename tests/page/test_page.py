@@ -851,7 +851,8 @@ def test_a_3_mb_reply_streams_and_attaches_in_frames_under_the_limit(new_page, a
         record(first, "first")
         open_chat(first)
         choose_model(first, CLAUDE)
-        reply = send(first, "[[chunks:6]] [[size:500000]] [[delay:1500]] three megabytes")
+        # 12 pieces 1.5 s apart: the second tab has some 10 s to attach while it streams, on a busy machine too.
+        reply = send(first, "[[chunks:12]] [[size:250000]] [[delay:1500]] three megabytes")
         message_id = reply.get_attribute("data-message-id")
         wait_longer_while_streaming(first, reply, 1_100_000)  # over 1 MiB already: the snapshot is split
 
