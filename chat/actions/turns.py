@@ -180,7 +180,7 @@ def _new_message(request: TurnRequest, content: str, attachment_ids: list[int]) 
 
 
 def _written(row, ahead: list | None, request: TurnRequest, index: int):
-    """`row` inserted now, or (`ahead` a list) given its id taken ahead and kept in `ahead` to insert with the lock."""
+    """`row` inserted now, or (`ahead` a list) given its id taken ahead and kept in `ahead` for the usage row."""
     if ahead is None:
         return insert_row(row)
     row.pk = request.ids[index]
@@ -270,7 +270,7 @@ def _answer(request: TurnRequest, conversation: Conversation, user_message: Mess
     """Every turn's end: the conversation's settings, the history, the streaming reply, its reserved usage row.
 
     `alone`: the conversation was created with this message and holds nothing else. `ahead`: rows
-    with ids taken ahead, not yet written (_written): they go with the lock, the reply with them.
+    with ids taken ahead, not yet written (_written): the reply joins them, and they go with the usage row.
     """
     entry = request.entry
     now = timezone.now()
