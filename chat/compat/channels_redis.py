@@ -124,14 +124,19 @@ class ChannelsRedisLayer(channels_redis.core.RedisChannelLayer):
         """The messages waiting for this process's channels, oldest first: one blocking pop, then up to `most` more.
 
         No backup queue as in channels-redis's receive: the caller must never be cancelled
-        between the pop and the use of what it returned.
+        between the pop and the use of what it returned. A Redis error after the blocking pop
+        keeps what it popped (the error comes again at the next call); a reply lost in the cut
+        itself is lost, which a socket sees as a gap in a reply's deltas (ChatConsumer.chat_delta).
         """
         key = self.prefix + self.process_prefix
         connection = self.connection_for(self.process_prefix)
         first = await connection.bzpopmin(key, timeout=self.brpop_timeout)
         if first is None:
             return []
-        rest = await connection.zpopmin(key, most)
+        try:
+            rest = await connection.zpopmin(key, most)
+        except (redis.RedisError, OSError):
+            return [first[1]]
         return [first[1], *(member for member, _ in rest)]
 
     def deliver(self, popped: list[bytes], inbox_of: Callable[[str], Any]) -> None:

@@ -88,7 +88,11 @@ async def send_done(conversation: int, message: int, status: str, finish_reason:
 
 
 def merge_deltas(first: dict, then: dict) -> dict | None:
-    """Two `chat.delta` messages of one reply as one (the later seq, the text of both); None when they do not fit."""
+    """Two `chat.delta` messages of one reply as one; None when they do not fit.
+
+    It has the later seq, the text of both, and in `first` the seq its text starts at, so a
+    socket can tell a merged delta from one that follows a lost one (ChatConsumer.chat_delta).
+    """
     if first.get("type") != "chat.delta" or then.get("type") != "chat.delta" or first["message"] != then["message"]:
         return None
     a, b = orjson.loads(first["text"]), orjson.loads(then["text"])
@@ -100,4 +104,4 @@ def merge_deltas(first: dict, then: dict) -> dict | None:
         fields["content"] = content
     if reasoning:
         fields["reasoning"] = reasoning
-    return {**then, "text": frame(**fields)}
+    return {**then, "text": frame(**fields), "first": first.get("first", first["seq"])}

@@ -156,6 +156,7 @@ class Generation:
             {
                 "type": "chat.started",
                 "message": job.message_id,
+                "conversation": job.conversation_id,
                 "text": frame(
                     type="started",
                     conversation=job.conversation_id,

@@ -132,7 +132,7 @@ class ChatConsumer(LeanJsonWebsocketConsumer):
         self.session_key = self.scope["session"].session_key
         self.session_checked = time.monotonic()
         self.watching: set[int] = set()
-        # reply id -> seq of the snapshot this socket got (None: waiting for it)
+        # reply id -> seq of the last delta (or snapshot) this socket got (None: waiting for a snapshot)
         self.attaching: dict[int, int | None] = {}
         self.waits: set[asyncio.Task] = set()
         self.frames = FrameLimiter(
@@ -373,12 +373,25 @@ class ChatConsumer(LeanJsonWebsocketConsumer):
             return
         self.attaching[streaming.pk] = None
         await self.send(text_data=frame(type="attached", conversation=conversation_id, message=streaming.pk))
-        # A live owner answers with a snapshot; a dead one's stream is ended now and its `done`
-        # (with the saved text as the snapshot, see chat_done) arrives through the group.
+        await self.ask_snapshot(streaming)
+
+    async def ask_snapshot(self, streaming: Message) -> None:
+        """The reply's text so far, from its stream (attaching[reply] is None until it comes).
+
+        A live owner answers with a snapshot; a dead one's stream is ended now and its `done`
+        (with the saved text as the snapshot, see chat_done) arrives through the group.
+        """
         if await control.send_control(streaming, "snapshot", reply_to=self.channel_name):
             wait = asyncio.create_task(self.snapshot_from_database(streaming.pk))
             self.waits.add(wait)
             wait.add_done_callback(self.waits.discard)
+
+    async def snapshot_again(self, message_id: int) -> None:
+        """After a lost delta: the whole text again, which the page puts in place of its own."""
+        streaming = Message.objects.streaming().filter(pk=message_id).select_related("worker")
+        streaming = await db_threads.run(streaming.first)()
+        if streaming is not None:  # else it has ended: its `done` sends the saved text (chat_done)
+            await self.ask_snapshot(streaming)
 
     async def snapshot_from_database(self, message_id: int) -> None:
         """If the owner does not answer in time, the saved text; its own snapshot still replaces it."""
@@ -416,16 +429,28 @@ class ChatConsumer(LeanJsonWebsocketConsumer):
         await self.send(text_data=event["text"])
 
     async def chat_started(self, event: dict) -> None:
+        if event.get("conversation") in self.watching:
+            self.attaching.setdefault(event["message"], 0)  # its deltas counted from the first (chat_delta)
         await self.send(text_data=event["text"])
 
     async def chat_delta(self, event: dict) -> None:
         conversation = event.get("conversation")
         if conversation is not None and conversation not in self.watching:
             return  # sent to the group as it was a moment ago (Generation._send_delta): no longer watched
-        if event["message"] in self.attaching:
-            seen = self.attaching[event["message"]]
+        message = event["message"]
+        if message in self.attaching:
+            seen = self.attaching[message]
             if seen is None or seen == FROM_DATABASE or event["seq"] <= seen:
-                return  # the snapshot carries it (or the owner's snapshot will)
+                return  # the snapshot carries it (or the owner's snapshot will), or it came twice
+            if event.get("first", event["seq"]) > seen + 1:
+                # One between was lost (a Redis cut took a popped message with it, or a full
+                # channel dropped it): the page gets the whole text again instead of a hole.
+                self.attaching[message] = None
+                wait = asyncio.create_task(self.snapshot_again(message))
+                self.waits.add(wait)
+                wait.add_done_callback(self.waits.discard)
+                return
+            self.attaching[message] = event["seq"]
         await self.frame_send({"type": "websocket.send", "text": event["text"]})
 
     async def chat_snapshot(self, event: dict) -> None:

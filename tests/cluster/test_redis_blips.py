@@ -7,12 +7,16 @@ new message during the cut work; no reply is left streaming.
 
 import asyncio
 import contextlib
+import os
+import signal
 
+import msgpack
 import pytest
+import redis
 
 from tests.cluster.test_scaleout import _cluster, row, sign_in, text
-from tests.live import Tab
-from tests.services import postgres_database, redis_prefix
+from tests.live import Tab, wait_until
+from tests.services import REDIS_URL, postgres_database, redis_prefix
 
 pytestmark = pytest.mark.cluster
 
@@ -102,6 +106,47 @@ async def test_a_redis_cut_mid_stream_freezes_no_tab_and_loses_nothing(cluster, 
         log = server.output()
         assert "cannot send through Redis" in log or "cannot read from Redis" in log
         assert "Traceback" not in log
+
+
+def waiting_deltas(prefix: str) -> list[tuple[bytes, bytes]]:
+    """(key, member) of each `chat.delta` waiting in Redis for a process that does not read it now."""
+    client = redis.Redis.from_url(REDIS_URL)
+    try:
+        found = []
+        for key in client.scan_iter(match=f"{prefix}specific.*", _type="zset"):
+            for member in client.zrange(key, 0, -1):
+                # channels-redis's storage: 12 random bytes, then the message in msgpack
+                if msgpack.unpackb(member[12:]).get("type") == "chat.delta":
+                    found.append((key, member))
+        return found
+    finally:
+        client.close()
+
+
+async def test_a_delta_lost_on_its_way_through_redis_is_made_good_by_a_snapshot(cluster):
+    """A message Redis had popped when its connection broke is gone: the tab sees the gap in the
+    deltas' seq and gets the whole text again, not a reply with a hole in it. (The watcher's process
+    is paused so that its deltas wait in Redis, where the test takes one away.)"""
+    first, second = cluster
+    cookie = sign_in(first)
+    async with Tab(second, cookie) as owner, Tab(first, cookie) as watcher:
+        await owner.send(type="send", conversation=None, content="[[delay:20]] [[chunks:1000]]")
+        started = (await owner.until("delta"))[0]
+        await watcher.send(type="attach", conversation=started["conversation"])
+        seen = await watcher.until("snapshot")
+        os.kill(first.process.pid, signal.SIGSTOP)  # the watcher's deltas wait in Redis for its process
+        try:
+            assert await asyncio.to_thread(wait_until, lambda: len(waiting_deltas(first.redis_prefix)) >= 3, 20)
+            key, lost = waiting_deltas(first.redis_prefix)[1]
+            with redis.Redis.from_url(REDIS_URL) as client:
+                assert client.zrem(key, lost) == 1  # as if popped by a pop whose reply a cut took
+        finally:
+            os.kill(first.process.pid, signal.SIGCONT)
+        seen += await watcher.until("done", timeout=60)
+        await owner.until("done", timeout=60)
+    attached, again = [f for f in seen if f["type"] == "snapshot"]
+    assert again["seq"] > attached["seq"]
+    assert row(first, started["message"]) == ("complete", streamed(seen))
 
 
 async def test_a_stop_during_a_redis_cut_ends_the_stream_from_either_process(cluster):

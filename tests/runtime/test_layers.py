@@ -165,6 +165,22 @@ async def test_the_layers_loops_end_when_cancelled_even_if_redis_py_loses_the_ca
     assert not pending and all(task.cancelled() for task in done)
 
 
+async def test_a_redis_error_after_the_blocking_pop_keeps_what_it_popped(prefix, monkeypatch):
+    sender, layer = redis_layer(prefix), redis_layer(prefix)
+    channel = await layer.new_channel()
+    await sender.send(channel, {"type": "one"})
+    await sender.send(channel, {"type": "two"})
+
+    async def cut(*args):
+        raise redis.ConnectionError("Connection reset by peer")
+
+    monkeypatch.setattr(redis.asyncio.Redis, "zpopmin", cut)
+    layer.deliver(await layer.pop_process_messages(10), layer._inbox)
+    monkeypatch.undo()
+    layer.deliver(await layer.pop_process_messages(10), layer._inbox)
+    assert [layer._inbox(channel).queue.get_nowait()["type"] for _ in range(2)] == ["one", "two"]
+
+
 async def test_posts_read_a_groups_members_once_a_second_not_once_a_message(prefix):
     sender, layer = redis_layer(prefix), redis_layer(prefix)
     channel = await layer.new_channel()
@@ -224,6 +240,8 @@ async def test_posts_during_a_redis_outage_wait_merged_and_arrive_in_order_after
     for message in got[:-1]:
         frame = orjson.loads(message["text"])
         if frame["seq"] > applied:
+            # A merged delta says where its text starts: right after the last one applied, no gap.
+            assert message.get("first", frame["seq"]) == applied + 1
             deltas.append(frame)
             applied = frame["seq"]
     # Nothing lost, in order, and merged while Redis was away: far fewer messages than were posted.
