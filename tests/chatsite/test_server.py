@@ -351,10 +351,13 @@ def test_a_v1_client_cut_off_after_the_upstream_finished_is_billed_as_the_upstre
 ):
     """The answer was whole upstream, held back only by the client: the cut reads the rest for its usage."""
     token = ApiToken.issue(alice, "tests")[1]
-    with live(API_SLOW_CLIENT_SECONDS="2") as server:
-        request = api_request(token, "[[chunks:20000]]")
+    # 3.2 MB in 400 events: more than the client and the kernel's buffers take, and few enough
+    # events for the cut's drain (DRAIN_SECONDS) to read them all on a busy machine.
+    prompt = "[[chunks:400]] [[size:8000]]"
+    with live(API_SLOW_CLIENT_SECONDS="2", CHAT_MAX_REPLY_BYTES="20000000") as server:
+        request = api_request(token, prompt)
         if path == "/v1/responses":
-            request = {"model": I14, "input": "[[chunks:20000]]", "stream": True, "max_output_tokens": 1_000_000}
+            request = {"model": I14, "input": prompt, "stream": True, "max_output_tokens": 1_000_000}
         sock = slow_reader(server, token, orjson.dumps(request), path)
         assert wait_until(lambda: fake.app.streams, 30)
         record = fake.app.last()
