@@ -95,6 +95,8 @@ async def stream_answer(
         if keep_bytes:
             sent.append(event)
         i += 1
+        if i == plan.hold:
+            await held(record, state)
     if state.disconnected:
         return
     if plan.fault == "stall":
@@ -106,6 +108,12 @@ async def stream_answer(
     if plan.fault is None:
         record.finish_reason = plan.finish_reason
     await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def held(record: StreamRecord, state: ConnectionState) -> None:
+    """[[hold:N]]: nothing more until a test sets record.released (a thread's Event), or the client leaves."""
+    while not record.released.is_set() and not state.disconnected:
+        await asyncio.sleep(0.01)
 
 
 async def whole_answer(

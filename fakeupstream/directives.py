@@ -17,6 +17,8 @@ error page instead of JSON, ``[[echoauth]]`` the request's Authorization header 
 the error message. ``[[cookie]]`` a ``Set-Cookie`` on the answer, as providers behind a CDN
 send (``__cf_bm``). ``[[finish:TEXT]]`` the finish_reason of a finished stream;
 ``[[longid]]`` a 300-character completion id (also infyrence's X-Request-Id).
+``[[hold:N]]`` after N ``data:`` events of a stream, nothing more until the test sets the
+record's ``released`` event (or the client leaves): a stream a test catches mid-way for sure.
 ``[[call:NAME {json}]]`` (one or more, with ``[[rounds:N]]``, default 1) tool calls of NAME (``server.tool``
 is sent as ``server__tool``) with those arguments, for N rounds, then a text answer quoting the last results;
 ``[[shape:paragraph|code]]`` with ``chunks:N``: the N chunks make one paragraph with inline

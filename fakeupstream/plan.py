@@ -42,6 +42,7 @@ class Plan:
     include_usage: bool
     stamp: bool = False  # prefix each content piece with "@<unix time> " (benchmarks)
     malformed: int = 0  # unreadable data: lines, one after each of the first N content pieces
+    hold: int = 0  # after this many data: events, nothing more until the record is released (0: never held)
 
     @property
     def completion_tokens(self) -> int:
@@ -189,4 +190,5 @@ def plan_answer(
         include_usage=isinstance(stream_options, dict) and stream_options.get("include_usage") is True,
         stamp="stamp" in directives,
         malformed=nonneg_int(directives.get("malformed")) or 0,
+        hold=nonneg_int(directives.get("hold")) or 0,
     )

@@ -23,6 +23,7 @@ class StreamRecord:
     # threading.Events, not asyncio ones: the tests wait on them from another thread than the server's.
     disconnected: threading.Event = field(default_factory=threading.Event)
     completed: threading.Event = field(default_factory=threading.Event)
+    released: threading.Event = field(default_factory=threading.Event)  # [[hold:N]]: the test lets it go on
     # Extras, handy for assertions.
     id: str = ""  # completion id (for infyrence also the X-Request-Id)
     model: str | None = None

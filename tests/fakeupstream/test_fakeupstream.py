@@ -724,3 +724,20 @@ def test_named_calls_for_n_rounds_then_text(client: httpx.Client, dialect: str, 
     two_rounds.append({"role": "tool", "content": "r2"})
     done = post(client, dialect, {**payload, "stream": False, "messages": payload["messages"] + two_rounds}).json()
     assert done["choices"][0]["message"]["content"] == "Tool results: r2"
+
+
+def test_hold_sends_nothing_more_until_the_test_releases_the_stream(client: httpx.Client, fake: FakeUpstream) -> None:
+    request = body(I14_MODEL, "[[chunks:5]] [[hold:3]]")
+    with client.stream("POST", "/i14/v1/chat/completions", json=request) as response:
+        lines = response.iter_lines()
+        events = []
+        while len(events) < 3:
+            line = next(lines)
+            if line.startswith("data: "):
+                events.append(line)
+        record = fake.last()
+        # Five chunks come in microseconds unheld: a third of a second is plenty to see that nothing does.
+        assert not record.completed.wait(0.3) and len(record.sent) == 3
+        record.released.set()
+        rest = [line for line in lines if line.startswith("data: ")]
+    assert rest[-1] == "data: [DONE]" and len(events) + len(rest) == len(record.sent) > 5

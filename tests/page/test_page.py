@@ -834,7 +834,7 @@ def test_waiting_for_the_model_shows_the_elapsed_time_until_the_first_token(page
     expect(reply.locator(".answer")).to_have_text("finally")
 
 
-def test_a_3_mb_reply_streams_and_attaches_in_frames_under_the_limit(new_page, alice, providers):
+def test_a_3_mb_reply_streams_and_attaches_in_frames_under_the_limit(new_page, alice, providers, fake):
     """Deltas and the attach snapshot of a reply far over 1 MiB arrive split; the page joins them."""
     env = {
         "DATABASE_URL": database_url(connection.settings_dict),
@@ -851,8 +851,8 @@ def test_a_3_mb_reply_streams_and_attaches_in_frames_under_the_limit(new_page, a
         record(first, "first")
         open_chat(first)
         choose_model(first, CLAUDE)
-        # 12 pieces 1.5 s apart: the second tab has some 10 s to attach while it streams, on a busy machine too.
-        reply = send(first, "[[chunks:12]] [[size:250000]] [[delay:1500]] three megabytes")
+        # Held after 7 events (the role's, then 1.5 MB): the second tab attaches while it streams.
+        reply = send(first, "[[chunks:12]] [[size:250000]] [[hold:7]] three megabytes")
         message_id = reply.get_attribute("data-message-id")
         wait_longer_while_streaming(first, reply, 1_100_000)  # over 1 MiB already: the snapshot is split
 
@@ -860,6 +860,8 @@ def test_a_3_mb_reply_streams_and_attaches_in_frames_under_the_limit(new_page, a
         record(second, "second")
         open_chat(second, first.url)
         mirrored = second.locator(f'article[data-message-id="{message_id}"]')
+        wait_longer_while_streaming(second, mirrored, 1_100_000)  # the snapshot, in parts
+        fake.app.last().released.set()
         wait_done(reply, timeout=60_000)
         wait_done(mirrored, timeout=60_000)
         stored = Message.objects.get(pk=message_id).content
