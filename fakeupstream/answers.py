@@ -112,8 +112,9 @@ async def stream_answer(
 
 async def held(record: StreamRecord, state: ConnectionState) -> None:
     """[[hold:N]]: nothing more until a test sets record.released (a thread's Event), or the client leaves."""
-    while not record.released.is_set() and not state.disconnected:
-        await asyncio.sleep(0.01)
+    while not state.disconnected:
+        if await asyncio.to_thread(record.released.wait, 0.25):  # then a look at the client again
+            return
 
 
 async def whole_answer(
