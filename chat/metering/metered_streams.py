@@ -26,7 +26,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from chat.metering import budgets, limits, stream_metrics
-from chat.models.base import Read, Status, commit_with, insert_read, read_together, update_row
+from chat.models.base import Read, Status, commit_with, insert_read, read_together, update_read
 from chat.models.providers import Provider
 from chat.models.usage import Usage
 
@@ -242,13 +242,20 @@ def settle(pk: int, fields: dict[str, Any], row: dict[str, Any] | None = None) -
     Moving the row off `streaming` releases its budget reservation. `row`: the row's provider_id,
     model and started when the caller has them (it wrote them), saving a read.
     """
+    fields, write = settle_write(pk, fields, row)
+    write.get()
+    stream_metrics.settled(pk, fields)
+    return fields
+
+
+def settle_write(pk: int, fields: dict[str, Any], row: dict[str, Any] | None = None) -> tuple[dict[str, Any], Read]:
+    """settle() as what it writes and the statement that writes it, to send with a transaction's last
+    ones (commit_with); the price is read now. The caller counts it (stream_metrics.settled) in that transaction."""
     if row is None:
         row = Usage.objects.filter(pk=pk).values("provider_id", "model", "started").first()
     if row is not None:
         fields = {**fields, **budgets.priced(row["provider_id"], row["model"], row["started"], fields)}
-    update_row(Usage, pk, fields)
-    stream_metrics.settled(pk, fields)
-    return fields
+    return fields, update_read(Usage, pk, fields)
 
 
 def _locked_reads(user_id: int, reads: list[tuple[str, list]], before: list[Read] = ()) -> list[list[tuple]]:

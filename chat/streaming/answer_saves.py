@@ -15,8 +15,9 @@ from django.db.models import F
 from django.utils import timezone
 from django.utils.translation import gettext_noop
 
-from chat.metering import metered_streams
+from chat.metering import metered_streams, stream_metrics
 from chat.models import Conversation, Message, Usage, fit, update_row
+from chat.models.base import commit_with, update_read
 from chat.runtime import db_threads, metrics
 
 log = logging.getLogger(__name__)
@@ -118,21 +119,33 @@ class AnswerSaves:
         thinking_ms = F("thinking_ms") if job.prefix is not None and self.thinking_ms is None else self.thinking_ms
         # A continued answer that called no tool this time keeps the rounds it had.
         rounds = {"tool_rounds": self.public_rounds() or None} if self.rounds or job.prefix is None else {}
+        message = {
+            **rounds,
+            "content": content,
+            "reasoning": reasoning,
+            "tool_calls": state.tool_call_list or None,
+            "thinking_ms": thinking_ms,
+            "status": status,
+            "finish_reason": fit(Message, "finish_reason", state.finish_reason),
+            "error": error,
+            "updated": now,
+        }
+        # The done frame shows the cost computed from the price table too. A stop during a tool round
+        # finds the round's row settled already (chat/streaming/tool_rounds.py). The price is read
+        # before the transaction, whose writes then go with its BEGIN and COMMIT in one round trip.
+        settled = None
+        if self.row_open:
+            settled, settle = metered_streams.settle_write(
+                self.usage_id, Usage.ending(state, status, error, usage), self.usage_key
+            )
+            usage["cost"] = settled["cost"]
         with transaction.atomic():
-            update_row(Message, job.message_id, {
-                **rounds,
-                "content": content,
-                "reasoning": reasoning,
-                "tool_calls": state.tool_call_list or None,
-                "thinking_ms": thinking_ms,
-                "status": status,
-                "finish_reason": fit(Message, "finish_reason", state.finish_reason),
-                "error": error,
-                "updated": now,
-            })  # fmt: skip
-            # The done frame shows the cost computed from the price table too. A stop during a tool round
-            # finds the round's row settled already (chat/streaming/tool_rounds.py).
-            if self.row_open:
-                ending = Usage.ending(state, status, error, usage)
-                usage["cost"] = metered_streams.settle(self.usage_id, ending, self.usage_key)["cost"]
-            update_row(Conversation, job.conversation_id, {"updated": now})
+            writes = []
+            if isinstance(thinking_ms, F):
+                update_row(Message, job.message_id, message)  # an expression: through the ORM, on its own
+            else:
+                writes.append(update_read(Message, job.message_id, message))
+            if settled is not None:
+                writes.append(settle)
+                stream_metrics.settled(self.usage_id, settled)
+            commit_with([*writes, update_read(Conversation, job.conversation_id, {"updated": now})])

@@ -1,6 +1,7 @@
 """Reads sent together (chat/models/base.py's read_together): each statement's rows made as asked, and on
 PostgreSQL in one round trip, which every stream start's reads (the /v1 caller, a turn's inputs, the lock) use."""
 
+import asyncio
 import tempfile
 
 import psycopg
@@ -13,9 +14,10 @@ from psycopg import pq
 from chat.actions.turns import begin_turn
 from chat.auth.api_tokens import caller
 from chat.metering import limits, metered_streams
-from chat.models import ApiToken, ChatDefaults, Conversation, Provider, Usage
+from chat.models import ApiToken, ChatDefaults, Conversation, Message, Provider, Usage
 from chat.models.base import Read, read_together
 from chat.streaming.catalog import CatalogEntry
+from chat.streaming.generation import Generation
 from chat.ws.consumer import turn_inputs
 from tests.services import check_on_postgresql
 
@@ -136,6 +138,33 @@ def check_turn() -> None:
 
 def test_on_postgresql_a_turn_saves_its_conversation_with_the_lock():
     check_on_postgresql("chat_reads_turn", "tests.models.test_reads", "check_turn")
+
+
+def check_final_save() -> None:
+    """A chat answer's final save is two round trips: the price read, then the message, the usage row and the
+    conversation with the BEGIN and the COMMIT."""
+    user = get_user_model().objects.create_user("hal")
+    provider = Provider.objects.create(name="p", base_url="http://127.0.0.1:9/v1", api_key="k")
+    turn = begin_turn(user, CatalogEntry(provider, "m"), {}, content="hello")
+
+    async def answered() -> tuple[Generation, dict]:
+        answer = Generation(turn.job(provider, "m", turn.conversation.params))
+        answer.state.content.append("Hi.")
+        return answer, answer.state.metering(5, asyncio.get_running_loop().time())
+
+    answer, usage = asyncio.run(answered())
+    _, batches = sent_batches(lambda: answer._save_final("complete", "", usage))
+    assert len(batches) == 2 and '"chat_price"' in batches[0][0], batches
+    assert batches[1][0] == '"" "BEGIN" 0' and batches[1][-1] == '"" "COMMIT" 0', batches
+    updated = [text.split('"')[4] for text in batches[1] if text.startswith('"" "UPDATE')]
+    assert updated == ["chat_message", "chat_usage", "chat_conversation"], batches
+    assert Message.objects.filter(pk=turn.reply.pk, status="complete", content="Hi.").exists()
+    assert Usage.objects.get(pk=turn.usage.pk).status == "complete"
+    assert connection.connection.pgconn.transaction_status == pq.TransactionStatus.IDLE
+
+
+def test_on_postgresql_a_final_save_writes_in_one_round_trip():
+    check_on_postgresql("chat_reads_final", "tests.models.test_reads", "check_final_save")
 
 
 def check_start() -> None:
