@@ -138,7 +138,6 @@ class AnswerSaves:
             settled, settle = metered_streams.settle_write(
                 self.usage_id, Usage.ending(state, status, error, usage), self.usage_key
             )
-            usage["cost"] = settled["cost"]
         with transaction.atomic():
             writes = []
             if isinstance(thinking_ms, F):
@@ -149,3 +148,5 @@ class AnswerSaves:
                 writes.append(settle)
                 stream_metrics.settled(self.usage_id, settled)
             commit_with([*writes, update_read(Conversation, job.conversation_id, {"updated": now})])
+        if settled is not None:  # once stored: a save tried again must not take a computed cost for a reported one
+            usage["cost"] = settled["cost"]

@@ -5,6 +5,7 @@ import sqlite3
 import threading
 import time
 from datetime import timedelta
+from decimal import Decimal
 
 import aiohttp
 import orjson
@@ -15,8 +16,8 @@ from django.db import OperationalError, connection
 from django.utils import timezone
 
 from chat.actions.orphans import recover_orphans
-from chat.models import INTERRUPTED_ERROR, Conversation, Message, Usage, Worker
-from chat.streaming import generation
+from chat.models import INTERRUPTED_ERROR, Conversation, Message, Price, Usage, Worker
+from chat.streaming import answer_saves, generation
 from tests.conftest import MODELS, session_cookie
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -55,6 +56,29 @@ async def test_a_final_save_that_fails_twice_is_retried_and_done_follows_it(
     usage = await Usage.objects.aget(message=reply)
     assert usage.status == "complete" and usage.ended is not None
     assert "final save failed (attempt 1" in caplog.text and "final save landed after 3 attempts" in caplog.text
+
+
+async def test_a_final_save_whose_transaction_fails_keeps_the_computed_cost_on_the_next_try(
+    connect, alice, providers, monkeypatch
+):
+    await Price.objects.acreate(model=I14, prompt=Decimal("1000"), completion=Decimal("1000"))
+    sent = answer_saves.commit_with
+    calls: list[int] = []
+
+    def failing_once(writes):
+        calls.append(len(writes))
+        if len(calls) == 1:
+            raise OperationalError("the connection broke at the commit")
+        return sent(writes)
+
+    monkeypatch.setattr(answer_saves, "commit_with", failing_once)
+    _, _, ws = await connect(alice)
+    await ws.send(type="send", conversation=None, content="[[chunks:5]]", model=I14)
+    done = (await ws.until("done"))[-1]
+    usage = await Usage.objects.aget(message_id=done["message"])
+    # Priced again on the second try, not taken for a cost the upstream reported.
+    assert calls == [3, 3] and usage.status == "complete" and usage.cost_source == "computed" and usage.cost > 0
+    assert done["usage"]["cost"] == float(usage.cost)
 
 
 async def test_a_final_save_that_never_lands_is_not_reported_complete(connect, alice, providers, monkeypatch, caplog):
