@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Coroutine
 from typing import Any
 
 import orjson
@@ -382,9 +383,13 @@ class ChatConsumer(LeanJsonWebsocketConsumer):
         (with the saved text as the snapshot, see chat_done) arrives through the group.
         """
         if await control.send_control(streaming, "snapshot", reply_to=self.channel_name):
-            wait = asyncio.create_task(self.snapshot_from_database(streaming.pk))
-            self.waits.add(wait)
-            wait.add_done_callback(self.waits.discard)
+            self.wait_for(self.snapshot_from_database(streaming.pk))
+
+    def wait_for(self, waiting: Coroutine[Any, Any, None]) -> None:
+        """Run `waiting` beside the socket's frames, kept in self.waits (cancelled when the socket closes)."""
+        wait = asyncio.create_task(waiting)
+        self.waits.add(wait)
+        wait.add_done_callback(self.waits.discard)
 
     async def snapshot_again(self, message_id: int) -> None:
         """After a lost delta: the whole text again, which the page puts in place of its own."""
@@ -446,9 +451,7 @@ class ChatConsumer(LeanJsonWebsocketConsumer):
                 # One between was lost (a Redis cut took a popped message with it, or a full
                 # channel dropped it): the page gets the whole text again instead of a hole.
                 self.attaching[message] = None
-                wait = asyncio.create_task(self.snapshot_again(message))
-                self.waits.add(wait)
-                wait.add_done_callback(self.waits.discard)
+                self.wait_for(self.snapshot_again(message))
                 return
             self.attaching[message] = event["seq"]
         await self.frame_send({"type": "websocket.send", "text": event["text"]})
