@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.views.decorators.csrf import csrf_exempt
 
-from chat.views.openai_api import openai_error
+from chat.views.metered_api import openai_error
 
 
 @csrf_exempt

@@ -1,6 +1,6 @@
 """`POST /v1/embeddings`: passed to the provider that serves the model, metered, limited and budgeted as chat is.
 
-The request takes the same one metered start as a chat completion (chat/views/openai_api.py's
+The request takes the same one metered start as a chat completion (chat/views/metered_api.py's
 start_metered, then chat/metering/metered_streams.py): the token, the model against the
 person's access, the limits, the budget's reservation (the prompt's estimate: an embedding
 produces no completion tokens) and a usage row, before anything goes upstream. The answer is
@@ -21,7 +21,7 @@ from chat.lib.model_params import ParamError
 from chat.streaming import upstream
 from chat.streaming.catalog import CatalogEntry
 from chat.streaming.relay import RequestError
-from chat.views.openai_api import MeteredRequest, copy_headers, metered_post
+from chat.views.metered_api import MeteredRequest, copy_headers, metered_post
 
 
 def parse_embeddings(raw: bytes) -> dict:

@@ -13,7 +13,7 @@ from chat.lib.model_params import is_int
 from chat.lib.openai_errors import error_body
 from chat.streaming.catalog import CatalogEntry, access_for, find, load_catalog
 from chat.streaming.providers import makes_embeddings, model_item
-from chat.views.openai_api import openai_error, unauthorized
+from chat.views.metered_api import openai_error, unauthorized
 
 
 def model_object(entry: CatalogEntry, listed_id: str) -> dict[str, Any]:

@@ -1,105 +1,31 @@
-"""The OpenAI-compatible API for the team: /v1/chat/completions with personal tokens, and the metered start
-every /v1 request that goes upstream shares."""
+"""/v1/chat/completions for the team's personal tokens: relayed as the upstream sends it, or whole.
+
+Its start, its errors and its metering are the ones every /v1 request shares (chat/views/metered_api.py).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
-from contextlib import AsyncExitStack
-from typing import Any, TypeVar
 
-import orjson
 from django.conf import settings
-from django.http import HttpResponse, StreamingHttpResponse
-from django.utils import timezone
+from django.http import HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from chat.auth.api_tokens import bearer, caller
-from chat.lib.model_params import has_images, token_limit
-from chat.lib.openai_errors import error_body
-from chat.metering import budgets, limits, metered_streams
-from chat.models import ApiToken, ChatError, Conversation, Message, Provider, Usage, fit
-from chat.runtime import db_busy, db_threads, metrics, process_loops
 from chat.streaming import upstream
-from chat.streaming.catalog import CatalogEntry, cached_catalog, resolve_in, with_catalog
-from chat.streaming.providers import client, open_provider_stream, provider_limit, provider_slot, stream_state, timeouts
-from chat.streaming.relay import (
-    DONE_EVENT,
-    Relay,
-    RequestError,
-    message_text,
-    parse_request,
-    prompt_chars,
-    running,
-    upstream_body,
+from chat.streaming.relay import DONE_EVENT, Relay, parse_request, running, upstream_body
+from chat.views.metered_api import (
+    MeteredRequest,
+    SSEResponse,
+    already_logged,
+    copy_headers,
+    disconnect_reason,
+    metered_post,
+    open_upstream,
 )
 
 log = logging.getLogger(__name__)
-M = TypeVar("M", bound="MeteredRequest")
-
-# Seconds between attempts to record a request's usage while the database is unavailable.
-RECORD_RETRY_PAUSES = (1, 5)
-# Usage recordings under way, kept referenced so that they finish.
-_recording: set[asyncio.Task] = set()
-
-# Passed on from the upstream's response to the client's.
-PASSED_HEADERS = ("x-request-id", "retry-after")
-
-
-def openai_error(status: int, message: str, type: str, code: str | None = None) -> HttpResponse:
-    return HttpResponse(error_body(message, type, code), status=status, content_type="application/json")
-
-
-def unauthorized() -> HttpResponse:
-    response = openai_error(
-        401, "Missing or invalid API token. Send `Authorization: Bearer <token>`.", "invalid_request_error",
-        "invalid_api_key",
-    )  # fmt: skip
-    response["WWW-Authenticate"] = "Bearer"
-    return response
-
-
-class SSEResponse(StreamingHttpResponse):
-    """A stream whose upstream is closed (and metered) even if the client leaves before the first byte."""
-
-    def __init__(self, relay, cleanup: AsyncExitStack, *args, **kwargs) -> None:
-        super().__init__(relay, *args, **kwargs)
-        self._body = relay
-        self._cleanup = cleanup
-        self._loop = asyncio.get_running_loop()
-
-    def __aiter__(self):
-        # Our generator yields bytes already: Django's two wrapping generators (one to call
-        # make_bytes on each part) cost more than a small relayed event.
-        return self._body
-
-    async def aclose(self) -> None:
-        """Close the stream on the loop, without Django's request_finished (chatsite/completions.py)."""
-        await self._close_body()
-
-    def close(self) -> None:
-        # Django calls close() from a worker thread; the upstream belongs to the event loop.
-        self._loop.call_soon_threadsafe(self._loop.create_task, self._close_body())
-        super().close()
-
-    async def _close_body(self) -> None:
-        # Django closes only its own wrapper around our generator: a client cut while a send
-        # was held (flow control) would leave ours suspended, unmetered, until garbage collected.
-        # Closing a finished generator or an already closed stack does nothing.
-        try:
-            await self._body.aclose()
-        finally:
-            await self._cleanup.aclose()
-
-
-class Refused(Exception):
-    """A request answered without going upstream: `response` says why (a bad token, model or request)."""
-
-    def __init__(self, response: HttpResponse) -> None:
-        super().__init__(response.status_code)
-        self.response = response
 
 
 @csrf_exempt
@@ -121,78 +47,6 @@ def parse_chat_request(raw: bytes) -> dict:
         raw, max_tokens=settings.MAX_TOKENS_LIMIT, max_n=settings.API_MAX_N,
         max_image_bytes=settings.ATTACHMENT_MAX_FILE_BYTES,
     )  # fmt: skip
-
-
-async def metered_post(
-    request, meter_type: type[M], parse: Callable[[bytes], Any]
-) -> tuple[M, None] | tuple[None, HttpResponse]:
-    """A /v1 POST up to its upstream request: the method, the bearer token, the body (`parse` raises
-    RequestError, said only once the token is known good) and the metered start; the meter, or the refusal."""
-    if request.method != "POST":
-        return None, openai_error(405, "Use POST.", "invalid_request_error", "method_not_allowed")
-    secret = bearer(request)
-    if secret is None:
-        return None, unauthorized()
-    try:
-        body, invalid = parse(request.body), None
-    except RequestError as exc:
-        body, invalid = None, exc  # a bad token is a 401 before a bad request's 400
-    meter = meter_type(body)
-    refused = await start_metered(request, meter, secret, invalid)
-    return (None, refused) if refused is not None else (meter, None)
-
-
-async def start_metered(
-    request, meter: MeteredRequest, secret: str, invalid: RequestError | None
-) -> HttpResponse | None:
-    """Everything before a metered request goes upstream (MeteredRequest.open); the response instead, if refused."""
-    # The usage row records this process's lease: if the process dies, another one closes the row.
-    await process_loops.ensure_started()
-    meter.worker_id = process_loops.worker_id()
-    # One trip to a database thread (chat/runtime/db_threads.py) before anything goes upstream. A short wait for
-    # SQLite's write lock: a busy database is a quick 503 with Retry-After. The thread keeps its
-    # connection: a stream does not hold one while it runs.
-    opening = db_threads.run(db_busy.waiting_briefly(meter.open))
-    try:
-        await with_catalog(lambda catalog: opening(secret, invalid, catalog))
-    except Refused as exc:
-        return exc.response
-    except limits.LimitExceeded as exc:
-        return too_many(exc)
-    except db_busy.UNAVAILABLE as exc:
-        log.warning("database unavailable, refusing an API request for now: %s", exc)
-        return db_busy.busy_response(request.path)
-    except budgets.BudgetExceeded as exc:
-        return await over_budget(meter, exc)
-    except Exception:
-        if meter.entry is None:  # not a failure to record: a bug before it (a logged 500)
-            raise
-        # Nothing went upstream: an unmetered request is not sent at all.
-        log.exception("could not start API usage for %s", meter.token.user)
-        return openai_error(503, "The server could not record this request; try again.", "server_error", "unavailable")
-    return None
-
-
-async def open_upstream(
-    meter: MeteredRequest, payload: dict
-) -> tuple[upstream.UpstreamStream | None, AsyncExitStack, HttpResponse | None]:
-    """The provider's stream for a metered request and the stack that closes it, or the response to send
-    instead (the upstream's refusal, metered; the stack already closed)."""
-    provider = meter.entry.provider
-    cleanup = AsyncExitStack()
-    # However the response ends (even unread), the usage row stops counting as streaming.
-    cleanup.push_async_callback(meter.record, "stopped", "the client disconnected")
-    opening = open_provider_stream(
-        provider.name, provider.base_url, provider.api_key, provider_limit(provider), payload, meter.state
-    )
-    try:
-        stream, refused = await meter.answer_of(cleanup.enter_async_context(opening))
-    except BaseException:
-        await cleanup.aclose()
-        raise
-    if refused is not None:
-        await cleanup.aclose()
-    return stream, cleanup, refused
 
 
 async def stream_completion(meter: MeteredRequest, payload: dict, wants_usage: bool, flow=None) -> HttpResponse:
@@ -235,12 +89,6 @@ async def stream_completion(meter: MeteredRequest, payload: dict, wants_usage: b
     return response
 
 
-def disconnect_reason(flow) -> str:
-    if flow is not None and flow.slow_cut:
-        return f"the client did not read the stream for {settings.API_SLOW_CLIENT_SECONDS:g} s and was disconnected"
-    return "the client disconnected"
-
-
 async def complete(meter: MeteredRequest, payload: dict) -> HttpResponse:
     answer, refused = await meter.ask_whole(payload)
     if refused is not None:
@@ -261,241 +109,5 @@ async def complete(meter: MeteredRequest, payload: dict) -> HttpResponse:
     copy_headers(answer.headers, response)
     if answer.status_code >= 500:
         log.warning("/v1: provider %s answered %d", meter.entry.provider.name, answer.status_code)
-        _logged(response)
+        already_logged(response)
     return response
-
-
-def copy_headers(source, response: HttpResponse) -> None:
-    for name in PASSED_HEADERS:
-        if name in source:
-            response[name] = source[name]
-
-
-def too_many(exc: limits.LimitExceeded) -> HttpResponse:
-    """429 in OpenAI's shape (the SDKs raise RateLimitError), with Retry-After when a wait is known."""
-    response = openai_error(429, exc.detail, "rate_limit_error", exc.code)
-    if exc.retry_after is not None:
-        response["Retry-After"] = str(exc.retry_after)
-    return response
-
-
-async def over_budget(meter: MeteredRequest, exc: budgets.BudgetExceeded) -> HttpResponse:
-    """429 with OpenAI's out-of-quota type (the SDKs raise RateLimitError); the refusal gets a usage row."""
-    try:
-        await db_threads.run(meter.refuse)(exc)
-    except Exception:
-        log.exception("could not record a refused API request for %s", meter.token.user)
-    return openai_error(429, exc.detail, "insufficient_quota", exc.code)
-
-
-def upstream_error(exc: upstream.UpstreamError, provider: str = "") -> HttpResponse:
-    """The upstream's own status and error body when it gave one, else 502/504 in OpenAI's shape.
-
-    Logged here, once, naming the provider; not again as Django's "Internal Server Error" (not our bug).
-    """
-    log.warning("/v1: provider %s failed (%s)", provider or "?", exc)
-    return _logged(_upstream_response(exc))
-
-
-def _logged(response: HttpResponse) -> HttpResponse:
-    response._has_been_logged = True  # Django's log_response skips it (django.utils.log)
-    return response
-
-
-def _upstream_response(exc: upstream.UpstreamError) -> HttpResponse:
-    if exc.kind == "http" and exc.status:
-        body = exc.body or b""
-        try:
-            shaped = isinstance(orjson.loads(body).get("error"), dict)
-        except (orjson.JSONDecodeError, AttributeError):
-            shaped = False
-        if not shaped:  # plain text or an HTML page: one line, e.g. "upstream 502: Bad Gateway"
-            body = error_body(str(exc), "upstream_error", exc.code)
-        response = HttpResponse(body, status=exc.status, content_type="application/json")
-        copy_headers(exc.headers, response)
-        return response
-    if exc.kind == "busy":
-        return openai_error(503, f"Cannot start the request: {exc.message}.", "server_error", "provider_busy")
-    status = 504 if exc.kind == "timeout" else 502
-    return openai_error(status, str(exc), "upstream_error", exc.kind)
-
-
-class MeteredRequest:
-    """One /v1 request, metered: its stream's start and settle, and (if configured) its conversation."""
-
-    def __init__(self, body: dict | None) -> None:
-        self.body = body
-        self.started = timezone.now()
-        self.started_at = asyncio.get_running_loop().time()
-        self.token: ApiToken | None = None
-        self.entry: CatalogEntry | None = None
-        self.state: upstream.StreamState | None = None  # once the provider is known: its key is scrubbed from errors
-        self.recorded = False
-        self.usage_id: int | None = None
-        self.worker_id: int | None = None
-
-    def open(self, secret: str, invalid: RequestError | None, catalog: list[CatalogEntry] | None = None) -> None:
-        """Everything before the upstream request, on a database thread: the token, the model, the usage row.
-
-        Raises Refused with the answer for a bad token (401), then a bad request (`invalid`, 400), a
-        model not found or not allowed (404, 403) or images to a model without them (400). The model
-        is looked up in `catalog`, or in the model lists this process holds (ModelListNotCached if one is
-        missing: the caller fetches them and calls again with the catalog).
-        """
-        found = caller(secret, *([Provider.objects.enabled_read()] if catalog is None else []))
-        if found is None:
-            raise Refused(unauthorized())
-        if invalid is not None:
-            raise Refused(HttpResponse(invalid.body(), status=invalid.status, content_type="application/json"))
-        token, access, *providers = found
-        if catalog is None:
-            catalog = cached_catalog(providers[0])
-        try:
-            entry = resolve_in(catalog, self.body["model"], access)
-        except ChatError as exc:
-            if exc.code == "model_not_allowed":  # i14's own refusal of a model, in its shape
-                raise Refused(openai_error(403, exc.detail, "permission_error", "model_not_allowed")) from None
-            raise Refused(openai_error(404, exc.detail, "invalid_request_error", "model_not_found")) from None
-        refusal = self.refusal(entry)
-        if refusal is not None:
-            raise Refused(refusal)
-        self.token, self.entry = token, entry
-        self.state = stream_state(self.started_at, entry.provider.api_key)
-        self.state.completion_cap = self.max_tokens()
-        self.begin()
-
-    def refusal(self, entry: CatalogEntry) -> HttpResponse | None:
-        """The answer to a request this model cannot take: images to a model without them (400)."""
-        if has_images(self.body["messages"]) and not entry.provider.accepts_images(entry.model):
-            return openai_error(
-                400, f"{entry.model} does not accept images (image_url parts) on this server.",
-                "invalid_request_error", "images_not_supported",
-            )  # fmt: skip
-        return None
-
-    def prompt_chars(self) -> int:
-        """The prompt's length in characters, for estimating its tokens when the upstream does not say."""
-        return prompt_chars(self.body["messages"])
-
-    def begin(self) -> None:
-        """Start the metered stream (chat/metering/metered_streams.py) before anything goes upstream.
-
-        The usage row counts towards the streams and the rate limits from now on, and a crash
-        leaves it behind instead of losing the request.
-        """
-        prompt_tokens = upstream.estimate_tokens(self.prompt_chars())
-        self.usage_id = metered_streams.start(
-            self.token.user, source=Usage.Source.API, token=self.token, provider=self.entry.provider,
-            model=self.entry.model, prompt_tokens=prompt_tokens, max_tokens=self.max_tokens(),
-            worker_id=self.worker_id, started=self.started,
-        ).pk  # fmt: skip
-
-    def max_tokens(self) -> int:
-        """The most completion tokens this request can produce, over all its choices."""
-        body = self.body
-        return token_limit(body, settings.UPSTREAM_MAX_TOKENS) * (body.get("n") or 1)
-
-    def refuse(self, exc: budgets.BudgetExceeded) -> None:
-        budgets.refuse(
-            self.token.user,
-            source=Usage.Source.API,
-            token=self.token,
-            provider_id=self.entry.provider.pk,
-            model=self.entry.model,
-            prompt_tokens=exc.prompt_tokens,
-            detail=exc.detail,
-        )
-
-    async def ask_whole(self, payload: dict, path: str = "chat/completions"):
-        """The provider's whole answer to `payload`, in one of its connection slots: (answer, None), or
-        (None, the response to send instead) once a failure is metered."""
-        provider = self.entry.provider
-
-        async def ask():
-            async with provider_slot(provider.name, provider_limit(provider)):
-                return await upstream.post_json(
-                    client(), provider.base_url, provider.api_key, payload, timeouts(),
-                    max_bytes=settings.API_MAX_RESPONSE_BYTES, path=path,
-                )  # fmt: skip
-
-        return await self.answer_of(ask())
-
-    async def answer_of(self, request):
-        """Await the upstream's answer; if it fails, meter the failure and give the response to send instead."""
-        try:
-            return await request, None
-        except upstream.UpstreamError as exc:
-            await self.record("failed", str(exc))
-            return None, upstream_error(exc, self.entry.provider.name)
-        except asyncio.CancelledError:
-            await self.record("stopped", "the client disconnected before the upstream answered")
-            raise
-
-    async def record(self, status: str, error: str) -> None:
-        if self.recorded:
-            return
-        self.recorded = True
-        self.state.ended_at = asyncio.get_running_loop().time()
-        usage = self.state.metering(self.prompt_chars(), self.state.ended_at)
-        # Shielded: a client that hangs up after [DONE] gets this request cancelled by daphne
-        # (10 s later), which must not cancel the recording of what it was given.
-        task = asyncio.ensure_future(self._record(status, error, usage))
-        _recording.add(task)
-        task.add_done_callback(_recording.discard)
-        await asyncio.shield(task)
-
-    async def _record(self, status: str, error: str, usage: dict) -> None:
-        # A database that is busy now (a held SQLite lock outlasting the busy timeout) is tried
-        # again, so the usage of an answer already given is not lost.
-        for pause in (*RECORD_RETRY_PAUSES, None):
-            try:
-                await db_threads.run(self._save)(status, error, usage)
-                return
-            except db_busy.UNAVAILABLE as exc:
-                if pause is None:
-                    log.error("could not record API usage for %s, giving up: %s", self.token.user, exc)
-                    return
-                log.warning("could not record API usage for %s yet, retrying in %g s: %s", self.token.user, pause, exc)
-                metrics.db_save_retries.labels("api_usage").inc()
-                await asyncio.sleep(pause)
-            except Exception:
-                log.exception("could not record API usage for %s", self.token.user)
-                return
-
-    def _save(self, status: str, error: str, usage: dict) -> None:
-        message = None
-        if settings.API_STORE_CONVERSATIONS:
-            message = self._store_conversation(status, error)
-        row = {"provider_id": self.entry.provider.pk, "model": self.entry.model, "started": self.started}
-        ending = Usage.ending(self.state, status, error, usage)
-        metered_streams.settle(self.usage_id, {"message": message, **ending}, row)
-
-    def _store_conversation(self, status: str, error: str) -> Message:
-        messages = self.body["messages"]
-        last_user = next((m for m in reversed(messages) if m.get("role") == "user"), messages[-1])
-        text = last_user.get("content") if isinstance(last_user.get("content"), str) else "API request"
-        conversation = Conversation.objects.create(
-            owner=self.token.user, title=Conversation.title_for(text or "API request"), model=self.entry.qualified
-        )
-        parent = None
-        for item in messages:
-            content = message_text(item.get("content"))
-            role = item.get("role") if item.get("role") in Message.Role.values else Message.Role.USER
-            if role == Message.Role.SYSTEM:
-                conversation.system_prompt = content
-            else:
-                parent = conversation.messages.create(role=role, content=content, parent=parent)
-        answer = conversation.messages.create(
-            parent=parent,
-            role=Message.Role.ASSISTANT,
-            content=self.state.text,
-            reasoning=self.state.reasoning_text,
-            tool_calls=self.state.tool_call_list or None,
-            status=status,
-            finish_reason=fit(Message, "finish_reason", self.state.finish_reason),
-            error=error,
-            model=self.entry.model,
-        )
-        conversation.current_id = answer.pk  # the id, not the row: no cycle (as begin_turn)
-        conversation.save(update_fields=["system_prompt", "current"])
-        return answer

@@ -1,7 +1,7 @@
 """`POST /v1/responses`: OpenAI's Responses API on top of the providers' chat completions.
 
 The request is checked and turned into a chat completions request (chat/lib/responses_request.py),
-then goes the way /v1/chat/completions goes (chat/views/openai_api.py): the same token, model
+then goes the way /v1/chat/completions goes (chat/views/metered_api.py): the same token, model
 resolution, limits, budget and one usage row per upstream request (the one metered start), the
 same upstream read loop and relay (heartbeats, back-pressure, shutdown); only what the client
 is sent differs: the chunks become Responses events (chat/lib/responses_events.py). A response
@@ -30,7 +30,7 @@ from chat.lib.responses_request import ITEM_ID, ResponsesRequest, chat_messages,
 from chat.models import StoredResponse
 from chat.streaming import upstream
 from chat.streaming.relay import DONE_EVENT, Relay, RequestError, prompt_chars, running, upstream_body
-from chat.views.openai_api import (
+from chat.views.metered_api import (
     MeteredRequest,
     Refused,
     SSEResponse,

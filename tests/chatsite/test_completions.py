@@ -9,7 +9,7 @@ from asgiref.testing import ApplicationCommunicator
 from django.core.signals import request_started
 from django.db import OperationalError
 
-from chat.views import openai_api
+from chat.views import metered_api
 from chatsite import completions
 from chatsite.middleware import ASGIHandler, resolve
 
@@ -66,7 +66,7 @@ async def test_answers_equal_djangos_to_the_byte(fields, body):
 @pytest.mark.django_db(transaction=True)
 async def test_a_disallowed_host_is_refused_before_the_view(monkeypatch):
     called = []
-    monkeypatch.setattr(openai_api, "caller", lambda secret, *more: called.append(secret))
+    monkeypatch.setattr(metered_api, "caller", lambda secret, *more: called.append(secret))
     status, _, _ = await answer(ASGIHandler(), scope(host=b"evil.example", headers=[(b"authorization", b"Bearer x")]))
     assert status == 400 and called == []
 
@@ -84,7 +84,7 @@ async def test_a_database_that_cannot_be_had_is_a_503_and_a_bug_a_logged_500(mon
     def down(secret, *more):
         raise OperationalError("could not connect to server")
 
-    monkeypatch.setattr(openai_api, "caller", down)
+    monkeypatch.setattr(metered_api, "caller", down)
     request = scope(headers=[(b"authorization", b"Bearer x")])
     status, headers, body = await answer(ASGIHandler(), request, b"{}")
     assert status == 503 and b"database_unavailable" in body and dict(headers)[b"Retry-After"]
@@ -93,7 +93,7 @@ async def test_a_database_that_cannot_be_had_is_a_503_and_a_bug_a_logged_500(mon
     def bug(secret, *more):
         raise ZeroDivisionError("a bug")
 
-    monkeypatch.setattr(openai_api, "caller", bug)
+    monkeypatch.setattr(metered_api, "caller", bug)
     with caplog.at_level(logging.ERROR, logger="django.request"):
         status, _, _ = await answer(ASGIHandler(), request, b"{}")
     assert status == 500

@@ -13,7 +13,7 @@ from chat.actions.turns import begin_turn
 from chat.metering import metered_streams
 from chat.models import ApiToken, Provider, Usage
 from chat.streaming.catalog import CatalogEntry
-from chat.views.openai_api import MeteredRequest
+from chat.views.metered_api import MeteredRequest
 from tests.services import check_on_postgresql
 
 # The steps every start takes: the lock with the reads, then the budget's reservation (then the row).

@@ -455,7 +455,7 @@ def test_upstream_error_bodies_are_scrubbed_and_never_html(server, token, provid
     # One line naming the provider and what it said; not Django's "Internal Server Error" (not our bug).
     assert wait_until(lambda: "upstream 502" in server.output()[logged_before:])
     logged = server.output()[logged_before:]
-    assert re.search(r"WARNING chat\.views\.openai_api \[\w+\]: /v1: provider \w+ failed \(upstream 502", logged)
+    assert re.search(r"WARNING chat\.views\.metered_api \[\w+\]: /v1: provider \w+ failed \(upstream 502", logged)
     assert "Server Error" not in logged and "Bad Gateway: /v1" not in logged, logged
 
 
