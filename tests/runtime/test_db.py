@@ -14,7 +14,7 @@ from django.db.backends.signals import connection_created
 
 from chat.runtime import db_busy, db_threads
 from tests.conftest import FAKE_KEY, MODELS
-from tests.live import LiveServer
+from tests.live import LiveServer, wait_until
 from tests.services import PG_ADMIN, postgres_database
 from tests.sites import make_site
 
@@ -182,7 +182,11 @@ def test_the_first_request_after_postgresql_dropped_every_connection_is_served(f
             for _ in range(4):  # each of the 4 database threads has opened its connection
                 ask()
             dropped = admin.execute(
-                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = %s", (name,)
+                "SELECT array_agg(pid) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = %s",
+                (name,),
             ).fetchone()[0]
-            assert dropped >= 1
+            assert dropped
+            # pg_terminate_backend only signals: the connections are dropped once those backends have exited.
+            gone = "SELECT count(*) = 0 FROM pg_stat_activity WHERE pid = ANY(%s)"
+            assert wait_until(lambda: admin.execute(gone, (dropped,)).fetchone()[0])
             assert all(ask() for _ in range(4))  # no 503 from a thread whose connection was dropped
