@@ -182,7 +182,8 @@ def test_the_first_request_after_postgresql_dropped_every_connection_is_served(f
             for _ in range(4):  # each of the 4 database threads has opened its connection
                 ask()
             dropped = admin.execute(
-                "SELECT array_agg(pid) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = %s",
+                "SELECT array_agg(pid) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE datname = %s",
                 (name,),
             ).fetchone()[0]
             assert dropped
