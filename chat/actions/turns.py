@@ -9,7 +9,8 @@ is a metered stream's start (chat/metering/metered_streams.py) with the turn's w
 with uploads, between) its two steps; a new chat's rows, their ids taken ahead on PostgreSQL, go
 with its usage row instead, in the start's own transaction, made together with the person's other
 starts of that moment. Over the person's limits or budget nothing is stored, and a refusal over budget
-leaves a `refused` usage row.
+leaves a `refused` usage row. open_turn is what a websocket's turn runs on its one trip to a database
+thread: the turn's reads (turn_inputs), its model resolved, then begin_turn.
 """
 
 from __future__ import annotations
@@ -27,10 +28,11 @@ from django.utils.translation import gettext as _
 from chat.actions.attachments import check_message, copy_within_quota
 from chat.lib.model_params import one_token_limit, token_limit
 from chat.metering import budgets, metered_streams
-from chat.models import Attachment, ChatError, Conversation, Message, Provider, Usage, insert_row
-from chat.models.base import insert_read, update_read
+from chat.models import Attachment, ChatDefaults, ChatError, Conversation, Message, Provider, Usage, insert_row
+from chat.models.access import access_from, access_reads
+from chat.models.base import Read, ids_read, insert_read, read_together, update_read
 from chat.streaming import upstream
-from chat.streaming.catalog import CatalogEntry
+from chat.streaming.catalog import CatalogEntry, cached_catalog, resolve_in
 from chat.streaming.generation import Job
 from chat.streaming.history import upstream_messages
 from chat.streaming.providers import provider_limit
@@ -101,6 +103,59 @@ class TurnRequest:
     def images(self) -> bool:
         """Whether the model accepts images (else they are refused, and left out of the history)."""
         return self.entry.provider.accepts_images(self.entry.model)
+
+
+def turn_inputs(user, conversation_id: int | None) -> tuple:
+    """What a turn's start reads before it resolves its model.
+
+    An existing conversation's model (None: not this user's), a new chat's defaults (None for an
+    existing one), what the user may use, the enabled providers, and on PostgreSQL a new chat's
+    ids taken ahead (its conversation's, its message's and its reply's; else None): begin_turn
+    then sends their inserts with the lock, in one round trip.
+    """
+    if conversation_id is None:
+        first, ids = ChatDefaults.read_of(user), ids_read(Conversation, Message, Message)
+    else:
+        models = Conversation.objects.owned_by(user).filter(pk=conversation_id).values_list("model")
+        first = Read(*models.query.sql_with_params(), make=lambda rows: rows[0][0] if rows else None)
+        ids = None
+    # In one round trip (read_together): they do not depend on each other.
+    reads = [first, *access_reads(user), Provider.objects.enabled_read(), *([ids] if ids is not None else [])]
+    found, rules, groups, providers, *taken = read_together(reads)
+    stored, defaults = (None, found) if conversation_id is None else (found, None)
+    return stored, defaults, access_from(user, rules, groups), providers, (taken or [None])[0]
+
+
+def open_turn(user, model: str | None, params: dict, catalog: list | None, *, conversation_id: int | None,
+              **turn) -> tuple:  # fmt: skip
+    """A turn's whole start on the database, in one trip to a database thread: (Turn, CatalogEntry).
+
+    The model asked for, else the conversation's, else (a new chat) the person's default, is
+    resolved in `catalog`, or, without one, in the model lists this process holds (ModelListNotCached
+    if one is missing: the caller fetches them and calls again with the catalog). Then
+    begin_turn stores the turn; `turn` is its keyword arguments.
+    """
+    stored, defaults, access, providers, ids = turn_inputs(user, conversation_id)
+    if conversation_id is not None:
+        if stored is None:
+            raise ChatError("not_found", _("No such conversation."))
+        model = model or stored
+    asked = model
+    if defaults is not None:  # a new chat: what it does not set comes from the person's defaults
+        model, params, turn["system_prompt"] = defaults.apply(model, params, turn.get("system_prompt"))
+    if catalog is None:
+        catalog = cached_catalog(providers)
+    try:
+        entry = resolve_in(catalog, model, access)
+    except ChatError:
+        if model == asked:
+            raise
+        entry = resolve_in(catalog, asked, access)  # a default model no longer offered
+    if conversation_id is None and turn.get("system_prompt") is None and access.system_prompt:
+        turn["system_prompt"] = access.system_prompt  # the group's default for a new chat
+    if defaults is not None and turn.get("tools") is None:  # a new chat's tools: the person's, else the group's
+        turn["tools"] = defaults.tools if defaults.tools is not None else access.tools
+    return begin_turn(user, entry, params, conversation_id=conversation_id, ids=ids, **turn), entry
 
 
 def begin_turn(user, entry: CatalogEntry, params: dict, *, conversation_id: int | None = None,

@@ -14,7 +14,7 @@ from django.utils import translation
 from django.utils.translation import gettext as _
 
 from chat.actions import branches, orphans
-from chat.actions.turns import begin_turn
+from chat.actions.turns import open_turn
 from chat.auth import session_sockets
 from chat.compat.channels import LeanJsonWebsocketConsumer
 from chat.lib.channel_groups import user_group
@@ -27,13 +27,11 @@ from chat.lib.request_fields import (
     parse_tools,
 )
 from chat.metering.limits import FRAME_LIMIT_CLOSE_CODE, FrameLimiter
-from chat.models import ChatDefaults, ChatError, Conversation, Message, Provider
-from chat.models.access import access_from, access_reads
-from chat.models.base import Read, ids_read, read_together
+from chat.models import ChatError, Conversation, Message
 from chat.runtime import channel_layers, control, db_busy, db_threads, metrics, process_loops
 from chat.runtime.failures import FailureStreak
 from chat.streaming import generation
-from chat.streaming.catalog import cached_catalog, resolve_in, with_catalog
+from chat.streaming.catalog import with_catalog
 from chat.streaming.frames import conversation_group, frame, snapshot_frames
 from chat.ws.language import language_from_scope
 from chat.ws.overload import DATABASE_DOWN, DATABASE_UNAVAILABLE
@@ -51,59 +49,6 @@ REDIS_FRAMES = FailureStreak("websocket frames cannot reach Redis", "websocket f
 SNAPSHOT_WAIT = 3.0
 # attaching[reply] when the snapshot came from the database: no delta lines up with it.
 FROM_DATABASE = -1
-
-
-def turn_inputs(user, conversation_id: int | None) -> tuple:
-    """What a turn's start reads before it resolves its model.
-
-    An existing conversation's model (None: not this user's), a new chat's defaults (None for an
-    existing one), what the user may use, the enabled providers, and on PostgreSQL a new chat's
-    ids taken ahead (its conversation's, its message's and its reply's; else None): begin_turn
-    then sends their inserts with the lock, in one round trip.
-    """
-    if conversation_id is None:
-        first, ids = ChatDefaults.read_of(user), ids_read(Conversation, Message, Message)
-    else:
-        models = Conversation.objects.owned_by(user).filter(pk=conversation_id).values_list("model")
-        first = Read(*models.query.sql_with_params(), make=lambda rows: rows[0][0] if rows else None)
-        ids = None
-    # In one round trip (read_together): they do not depend on each other.
-    reads = [first, *access_reads(user), Provider.objects.enabled_read(), *([ids] if ids is not None else [])]
-    found, rules, groups, providers, *taken = read_together(reads)
-    stored, defaults = (None, found) if conversation_id is None else (found, None)
-    return stored, defaults, access_from(user, rules, groups), providers, (taken or [None])[0]
-
-
-def open_turn(user, model: str | None, params: dict, catalog: list | None, *, conversation_id: int | None,
-              **turn) -> tuple:  # fmt: skip
-    """A turn's whole start on the database, in one trip to a database thread: (Turn, CatalogEntry).
-
-    The model asked for, else the conversation's, else (a new chat) the person's default, is
-    resolved in `catalog`, or, without one, in the model lists this process holds (ModelListNotCached
-    if one is missing: the caller fetches them and calls again with the catalog). Then
-    begin_turn stores the turn; `turn` is its keyword arguments.
-    """
-    stored, defaults, access, providers, ids = turn_inputs(user, conversation_id)
-    if conversation_id is not None:
-        if stored is None:
-            raise ChatError("not_found", _("No such conversation."))
-        model = model or stored
-    asked = model
-    if defaults is not None:  # a new chat: what it does not set comes from the person's defaults
-        model, params, turn["system_prompt"] = defaults.apply(model, params, turn.get("system_prompt"))
-    if catalog is None:
-        catalog = cached_catalog(providers)
-    try:
-        entry = resolve_in(catalog, model, access)
-    except ChatError:
-        if model == asked:
-            raise
-        entry = resolve_in(catalog, asked, access)  # a default model no longer offered
-    if conversation_id is None and turn.get("system_prompt") is None and access.system_prompt:
-        turn["system_prompt"] = access.system_prompt  # the group's default for a new chat
-    if defaults is not None and turn.get("tools") is None:  # a new chat's tools: the person's, else the group's
-        turn["tools"] = defaults.tools if defaults.tools is not None else access.tools
-    return begin_turn(user, entry, params, conversation_id=conversation_id, ids=ids, **turn), entry
 
 
 class ChatConsumer(LeanJsonWebsocketConsumer):

@@ -16,12 +16,11 @@ from django.db import connection, connections, transaction
 from django.test import override_settings
 
 from chat.actions import orphans
-from chat.actions.turns import Turn, begin_turn
+from chat.actions.turns import Turn, begin_turn, turn_inputs
 from chat.metering import budgets, limits, metered_streams, summary_triggers
 from chat.metering.budgets import Budget, Price
 from chat.models import ApiToken, Conversation, Message, Provider, Usage, UsageDay
 from chat.streaming.catalog import CatalogEntry
-from chat.ws.consumer import turn_inputs
 from tests.services import check_on_postgresql
 
 PROMPT, MAX = 10, 90  # a start reserves 100 tokens

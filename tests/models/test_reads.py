@@ -11,14 +11,13 @@ from django.db import connection, transaction
 from django.test import override_settings
 from psycopg import pq
 
-from chat.actions.turns import begin_turn
+from chat.actions.turns import begin_turn, turn_inputs
 from chat.auth.api_tokens import caller
 from chat.metering import limits, metered_streams
 from chat.models import ApiToken, ChatDefaults, Conversation, Message, Provider, Usage
 from chat.models.base import Read, read_together
 from chat.streaming.catalog import CatalogEntry
 from chat.streaming.generation import Generation
-from chat.ws.consumer import turn_inputs
 from tests.services import check_on_postgresql
 
 
