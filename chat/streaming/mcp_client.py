@@ -130,13 +130,19 @@ async def call_tool(endpoint: Endpoint, tool: str, arguments: dict[str, Any], se
                     max_chars: int) -> Result:  # fmt: skip
     """Call one tool within `seconds` (TimeoutError past it); its text cut to `max_chars`; McpFailure if the
     server could not answer."""
-    async with asyncio.timeout(seconds):
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    async with asyncio.timeout_at(deadline):
         try:
             async with _session(endpoint, seconds) as client:
                 answer = await client.call_tool(tool, arguments)
         except TimeoutError:
             raise
         except Exception as exc:
+            # The SDK's and httpx's own timers end at about the same time as ours; on a stalled event loop
+            # theirs can win and raise their own error. Past the deadline it is a timeout whoever raised it.
+            if loop.time() >= deadline:
+                raise TimeoutError from None
             raise McpFailure(_describe(exc, endpoint)) from None
     text = result_text(answer.content, answer.structured_content)
     size = len(text)

@@ -11,10 +11,13 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+import threading
 
 from mcp.server.mcpserver import MCPServer
 
 server = MCPServer("test-tools")
+# Set when `hang` starts: a test in the same process knows the call reached the tool.
+hang_started = threading.Event()
 
 
 @server.tool(description="Says the text back, with a prefix.")
@@ -34,6 +37,7 @@ def big(size: int = 10_000_000) -> str:
 
 @server.tool(description="Never answers in time.")
 async def hang(seconds: float = 3600) -> str:
+    hang_started.set()
     await asyncio.sleep(seconds)
     return "late"
 
