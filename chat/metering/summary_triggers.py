@@ -3,10 +3,10 @@
 Triggers rather than code at each write: usage rows are created, settled, swept by the orphan
 sweep, priced later and deleted with their user from several places, and bulk_create() and
 QuerySet.update() send no signals. A trigger sees every one of them, in the same transaction,
-at the cost of four small upserts for a new row and four updates and four upserts for a
-changed one (a stream writes its row twice: at its start and at its end; never per token). The
-same statements serve SQLite and PostgreSQL; only the calendar day of `started` is written per
-database.
+at the cost of four small upserts for a new row, four updates for a changed one whose day and
+keys stay (a stream's end), and four updates and four upserts for one that moves (a stream
+writes its row twice: at its start and at its end; never per token). The same statements
+serve SQLite and PostgreSQL; only the calendar day of `started` is written per database.
 
 The day is taken in TIME_ZONE as it was when the triggers were installed (the migration, or
 `manage.py rollup`), and the triggers carry that zone in their text: while TIME_ZONE says
@@ -102,6 +102,8 @@ SUMMARIES = [
 # An update of any other column (the error text, the upstream's ids, ...) leaves the sums alone.
 WATCHED = ["started", "user_id", "token_id", "model", "source", "status", "prompt_tokens", "completion_tokens"]
 WATCHED += ["reasoning_tokens", "total_tokens", "cost", "ttft_ms", "tokens_per_second"]
+# While these stay, an update changes only the sums of the summary rows the row is already in.
+STAYING = ["started", "user_id", "token_id", "model", "source"]
 
 
 def zone() -> str:
@@ -157,6 +159,27 @@ def take_off(row: str, vendor: str, summaries: list[tuple]) -> list[str]:
     return statements
 
 
+def shift(vendor: str, summaries: list[tuple]) -> list[str]:
+    """Updates adding a changed row's difference to each summary, for a row whose day and keys stay (the end
+    of a stream): one update a summary instead of a take-off and an add."""
+    statements = []
+    for table, monthly, key, sums in summaries:
+        old, new = sums("OLD."), sums("NEW.")
+        updates = ", ".join(
+            f"{name} = {name} + ({new[name]}) - ({old[name]})" for name in new if new[name] != old[name]
+        )
+        keys = {"day": day_of("NEW.", vendor, monthly), **key("NEW.")}
+        where = " AND ".join(f"{name} = {value}" for name, value in keys.items())
+        statements.append(f"UPDATE {table} SET {updates} WHERE {where}")
+    return statements
+
+
+def in_place(vendor: str) -> str:
+    """SQL: an update left the row's day and every summary key as they were."""
+    same = "IS NOT DISTINCT FROM" if vendor == "postgresql" else "IS"
+    return " AND ".join(f"OLD.{column} {same} NEW.{column}" for column in STAYING)
+
+
 def trigger_sql(vendor: str, summaries: list[tuple]) -> list[str]:
     """The statements that (re)create the triggers on this database, for these summaries (see existing())."""
     mark = zone_mark()
@@ -165,6 +188,10 @@ def trigger_sql(vendor: str, summaries: list[tuple]) -> list[str]:
         body = "\n".join(
             [
                 f"BEGIN {mark}",
+                f"IF TG_OP = 'UPDATE' AND {in_place(vendor)} THEN",
+                *(f"  {sql};" for sql in shift(vendor, summaries)),
+                "  RETURN NULL;",
+                "END IF;",
                 "IF TG_OP IN ('UPDATE', 'DELETE') THEN",
                 *(f"  {sql};" for sql in take_off("OLD.", vendor, summaries)),
                 "END IF;",
@@ -181,17 +208,23 @@ def trigger_sql(vendor: str, summaries: list[tuple]) -> list[str]:
             f"CREATE TRIGGER {TRIGGER} AFTER INSERT OR DELETE OR UPDATE OF {watched} ON {USAGE} "
             f"FOR EACH ROW EXECUTE FUNCTION {TRIGGER}()",
         ]
+    update = f"UPDATE OF {watched}"
     events = {
-        "insert": ("INSERT", add("NEW.", vendor, summaries)),
-        "update": (f"UPDATE OF {watched}", take_off("OLD.", vendor, summaries) + add("NEW.", vendor, summaries)),
-        "delete": ("DELETE", take_off("OLD.", vendor, summaries)),
+        "insert": ("INSERT", "", add("NEW.", vendor, summaries)),
+        "update_in_place": (update, f"WHEN {in_place(vendor)} ", shift(vendor, summaries)),
+        "update": (
+            update,
+            f"WHEN NOT ({in_place(vendor)}) ",
+            take_off("OLD.", vendor, summaries) + add("NEW.", vendor, summaries),
+        ),
+        "delete": ("DELETE", "", take_off("OLD.", vendor, summaries)),
     }
     statements = []
-    for name, (event, body) in events.items():
+    for name, (event, when, body) in events.items():
         statements.append(f"DROP TRIGGER IF EXISTS {TRIGGER}_{name}")
         steps = "".join(f"{sql}; " for sql in body)
         statements.append(
-            f"CREATE TRIGGER {TRIGGER}_{name} AFTER {event} ON {USAGE} FOR EACH ROW BEGIN {mark} {steps}END"
+            f"CREATE TRIGGER {TRIGGER}_{name} AFTER {event} ON {USAGE} FOR EACH ROW {when}BEGIN {mark} {steps}END"
         )
     return statements
 
@@ -199,7 +232,7 @@ def trigger_sql(vendor: str, summaries: list[tuple]) -> list[str]:
 def drop_sql(vendor: str) -> list[str]:
     if vendor == "postgresql":
         return [f"DROP TRIGGER IF EXISTS {TRIGGER} ON {USAGE}", f"DROP FUNCTION IF EXISTS {TRIGGER}()"]
-    return [f"DROP TRIGGER IF EXISTS {TRIGGER}_{name}" for name in ("insert", "update", "delete")]
+    return [f"DROP TRIGGER IF EXISTS {TRIGGER}_{name}" for name in ("insert", "update_in_place", "update", "delete")]
 
 
 def grouped_sql(vendor: str, monthly: bool, key, sums) -> tuple[list[str], str]:

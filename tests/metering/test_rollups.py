@@ -19,6 +19,7 @@ from chat.streaming.catalog import CatalogEntry
 from tests.dashboard_data import MARCH, seed
 from tests.live import Tab
 from tests.metering.test_budgets import ENDLESS, I14, body, price, wait_until  # noqa: F401 (price: a fixture)
+from tests.services import check_on_postgresql
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -128,3 +129,41 @@ def test_migrate_makes_triggers_a_table_copy_lost_again(alice):
     assert summary_triggers.mismatches() != []
     call_command("migrate", verbosity=0)
     assert summary_triggers.installed_zone() == "UTC" and summary_triggers.mismatches() == []
+
+
+def check_every_kind_of_update() -> None:
+    """Updates that keep a row's day and keys (one update a summary) and updates that move them, then a delete."""
+    from datetime import timedelta
+
+    from django.contrib.auth import get_user_model
+
+    person = get_user_model().objects.create_user("updates")
+    token = ApiToken.issue(person, "t")[0]
+    row = Usage.objects.create(user=person, token=token, model="m", source="api", prompt_tokens=10)
+    bare = Usage.objects.create(user=person, model="m", source="chat", prompt_tokens=3)
+    steps = [
+        (row, {"status": "complete", "completion_tokens": 7, "total_tokens": 17, "cost": 2, "ttft_ms": 50}),
+        (bare, {"status": "stopped", "completion_tokens": 1, "total_tokens": 4, "tokens_per_second": 9.5}),
+        (row, {"cost": 3}),  # priced later
+        (row, {"model": "n"}),
+        (row, {"started": row.started - timedelta(days=40)}),  # another day and month
+        (bare, {"source": "api", "status": "failed"}),
+    ]
+    for changed, fields in steps:
+        Usage.objects.filter(pk=changed.pk).update(**fields)
+        assert summary_triggers.mismatches() == [], fields
+    token.delete()  # the row's token_id set to NULL: out of the token's summary
+    assert summary_triggers.mismatches() == []
+    Usage.objects.filter(pk=row.pk).delete()
+    assert summary_triggers.mismatches() == []
+    month = PersonMonth.objects.get(user=person, day=bare.started.date().replace(day=1), source="api")
+    assert (month.requests, month.budget_tokens) == (1, 4)
+
+
+def test_every_kind_of_update_keeps_the_summaries_exact_on_sqlite(transactional_db):
+    check_every_kind_of_update()
+
+
+@pytest.mark.cluster
+def test_every_kind_of_update_keeps_the_summaries_exact_on_postgresql():
+    check_on_postgresql("chat_updates", "tests.metering.test_rollups", "check_every_kind_of_update")
