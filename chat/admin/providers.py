@@ -13,7 +13,7 @@ from chat.streaming.providers import check as check_provider
 
 
 class ProviderForm(forms.ModelForm):
-    base_url = forms.URLField(label="base URL", max_length=500, assume_scheme="https")
+    base_url = forms.URLField(label="Base URL", max_length=500, assume_scheme="https")
     # The key is write-only: never rendered back into the page.
     api_key = forms.CharField(
         label="API key",

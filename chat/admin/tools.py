@@ -21,16 +21,16 @@ class McpServerForm(forms.ModelForm):
     url = forms.URLField(label="URL", max_length=500, required=False, assume_scheme="https")
     # Secrets are write-only: never rendered back into the page.
     bearer = forms.CharField(
-        label="bearer secret", required=False,
+        label="Bearer secret", required=False,
         widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password"}),
         help_text="Sent as Authorization: Bearer …. Leave empty to keep the current one.",
     )  # fmt: skip
     new_headers = forms.CharField(
-        label="headers", required=False, widget=forms.Textarea(attrs={"rows": 3}),
+        label="Headers", required=False, widget=forms.Textarea(attrs={"rows": 3}),
         help_text='A JSON object of extra HTTP headers, e.g. {"X-Api-Key": "…"}. Leave empty to keep the current '
         'ones (their names are listed below); {} removes them.',
     )  # fmt: skip
-    clear_bearer = forms.BooleanField(required=False, label="remove the bearer secret")
+    clear_bearer = forms.BooleanField(required=False, label="Remove the bearer secret")
 
     class Meta:
         model = McpServer
@@ -89,6 +89,9 @@ class McpToolInline(admin.TabularInline):
     def has_add_permission(self, request, obj=None):
         return False
 
+    def get_queryset(self, request):
+        return super().get_queryset(request).select_related("server")  # each row is titled with its server's name
+
 
 @admin.register(McpServer)
 class McpServerAdmin(admin.ModelAdmin):
@@ -132,10 +135,10 @@ class McpServerAdmin(admin.ModelAdmin):
         error = tool_servers.refresh_now(server)
         server.refresh_from_db()
         if error:
-            self.message_user(request, f"{server.name} is down: {error}", messages.ERROR)
+            self.message_user(request, f"“{server.name}” is down: {error}", messages.ERROR)
         else:
             names = ", ".join(t["name"] for t in server.tools) or "no tools"
-            self.message_user(request, f"{server.name} is up: {names}", messages.SUCCESS)
+            self.message_user(request, f"“{server.name}” is up: {names}", messages.SUCCESS)
 
     @admin.action(description="Test connection (list the tools now)")
     def test_connection(self, request, queryset):

@@ -39,7 +39,8 @@ class McpServer(models.Model):
 
     name = models.SlugField(
         max_length=40, unique=True,
-        help_text="Letters, digits and hyphens; the model sees its tools as <name>__<tool>.",
+        help_text="Letters, digits and hyphens; the model sees each tool as this name, two underscores and the tool's "
+        "name (a server named tests: tests__echo).",
     )  # fmt: skip
     transport = models.CharField(max_length=10, choices=Transport.choices, default=Transport.HTTP)
     url = models.URLField("URL", max_length=500, blank=True, help_text="The server's Streamable HTTP endpoint.")
@@ -86,7 +87,7 @@ class McpTool(models.Model):
         constraints = [models.UniqueConstraint(fields=["server", "name"], name="one_setting_per_tool")]
 
     def __str__(self) -> str:
-        return f"{self.server_id}/{self.name}"
+        return f"{self.server.name}{NAME_SEPARATOR}{self.name}"  # as the model sees it
 
 
 class ToolCall(models.Model):

@@ -50,12 +50,15 @@ def test_a_server_saved_with_its_secret_lists_its_tools_and_never_shows_the_secr
     for url in ("/admin/chat/mcpserver/", f"/admin/chat/mcpserver/{server.pk}/change/"):
         page = staff_client.get(url).content.decode()
         assert SECRET not in page and "header-secret-9" not in page
-    assert "X-Team" in staff_client.get(f"/admin/chat/mcpserver/{server.pk}/change/").content.decode()
+    page = staff_client.get(f"/admin/chat/mcpserver/{server.pk}/change/").content.decode()
+    assert "X-Team" in page and "Bearer secret" in page and 'rel="icon"' in page
+    assert "guarded__echo" in page  # each tool's row is titled with the name the model sees
+    assert "tests__echo" in page  # the name's help shows it whole (Django renders help text as HTML)
 
     action = {"action": "test_connection", "_selected_action": [server.pk]}
     response = staff_client.post("/admin/chat/mcpserver/", action, follow=True)
     said = [str(m) for m in response.context["messages"]]
-    assert any(text.startswith("guarded is up: echo, add") for text in said), said
+    assert any(text.startswith("“guarded” is up: echo, add") for text in said), said
 
 
 def test_a_link_local_url_is_refused(staff_client):
