@@ -123,7 +123,7 @@ class AnswerSaves:
             **rounds,
             "content": content,
             "reasoning": reasoning,
-            "tool_calls": state.tool_call_list or None,
+            "tool_calls": self.unrun_tool_calls() or None,
             "thinking_ms": thinking_ms,
             "status": status,
             "finish_reason": fit(Message, "finish_reason", state.finish_reason),

@@ -296,6 +296,11 @@ class Generation(AnswerSaves):
 
     # --- tool rounds ----------------------------------------------------------
 
+    def unrun_tool_calls(self) -> list[dict[str, Any]]:
+        """The model's last calls if no round ran them (a model without tools, the round limit): shown as asked.
+        A stop during a round finds them in the round, its row settled: not shown twice."""
+        return self.state.tool_call_list if self.row_open else []
+
     def public_rounds(self) -> list[dict[str, Any]]:
         return [{"at": entry["at"], "calls": [call.public() for call in entry["calls"]]} for entry in self.rounds]
 
@@ -434,7 +439,7 @@ class Generation(AnswerSaves):
             frame_usage = _added_up([*self.earlier_usage, usage] if self.row_open else self.earlier_usage)
         await send_done(
             job.conversation_id, job.message_id, status, state.finish_reason, frame_usage, error,
-            thinking_ms=self.thinking_ms, tool_calls=state.tool_call_list,
+            thinking_ms=self.thinking_ms, tool_calls=self.unrun_tool_calls(),
         )  # fmt: skip
         if status == Message.Status.COMPLETE:
             # After `done`, never before it: a title is written in the background (chat/actions/titles.py).

@@ -191,6 +191,7 @@ async def test_another_person_cannot_approve(connect, alice, bob, team, tools_se
     assert done["status"] == "stopped"
     reply = await Message.objects.aget(pk=done["message"])
     assert reply.tool_rounds[0]["calls"][0]["status"] == "cancelled"
+    assert not done.get("tool_calls") and reply.tool_calls is None  # the calls are the round's, not shown twice
     # The round's stream was settled once, the turn ended there: one row, complete.
     assert [u.status async for u in Usage.objects.filter(message=reply)] == ["complete"]
 

@@ -76,6 +76,7 @@ def test_a_reload_during_a_call_shows_it_and_stop_cancels_a_running_one(tools_pa
     page.get_by_role("button", name="Stop").click()
     wait_done(reply, "stopped")
     expect(reply.locator('details.tool-run[data-status="cancelled"]')).to_have_count(1)
+    expect(reply.locator("details.tool-call")).to_have_count(0)  # the model's calls, shown once: in the round
 
 
 def test_the_settings_page_sets_the_tools_a_new_chat_starts_with(new_page, alice, team, tools_server, tool_providers):
