@@ -170,6 +170,8 @@ export class MessageView {
 
   showStall() {
     if (!this.article.isConnected || this.status !== "streaming") return this.stopWaiting(); // left, or ended
+    // A call that waits for the person or runs says so itself; the model's silence counts from its end.
+    if (this.toolCalls.busy()) this.lastDataAt = Date.now();
     const seconds = Math.floor((Date.now() - this.lastDataAt) / 1000);
     const started = Boolean(this.content || this.reasoning);
     const down = document.documentElement.dataset.socket === "down" || navigator.onLine === false;

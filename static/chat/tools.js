@@ -34,6 +34,8 @@ const STATUS = {
   limited: () => t("Over the rate limit"),
   cancelled: () => t("Cancelled"),
 };
+// A call in these states holds the turn up, and its own line says why.
+const BUSY = new Set(["pending", "waiting", "running"]);
 
 /** The tool calls of one answer, round by round; `message` is the answer's id. */
 export class ToolCallsView {
@@ -138,6 +140,11 @@ export class ToolCallsView {
       }
     }
     box.open = open;
+  }
+
+  /** Whether a call waits for the person or runs: the turn waits on it, not on the model. */
+  busy() {
+    return [...this.calls.values()].some(({ call }) => BUSY.has(call.status));
   }
 
   /** The elapsed time of running calls, every second while any runs. */

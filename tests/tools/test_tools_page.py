@@ -79,6 +79,20 @@ def test_a_reload_during_a_call_shows_it_and_stop_cancels_a_running_one(tools_pa
     expect(reply.locator("details.tool-call")).to_have_count(0)  # the model's calls, shown once: in the round
 
 
+def test_a_call_that_waits_or_runs_is_not_taken_for_a_silent_model(tools_page):
+    page = tools_page
+    # The model thinks first: the page then says it is silent after 4 s without data, not 10.
+    reply = send(page, '[[reasoning:3]] [[call:tests.echo {"text": "later"}]] [[call:tests.hang {}]] wait')
+    expect(reply.locator(".thinking")).not_to_be_empty()
+    expect(reply.locator('details.tool-run[data-status="waiting"]')).to_have_count(1)
+    # Past the page's 4 s of silence before "Waiting for the model… nothing for N s", counted by the call's clock.
+    elapsed = reply.locator('details.tool-run[data-status="running"] .tool-elapsed')
+    expect(elapsed).to_have_text(re.compile(r"^([6-9]|\d\d+) s$"), timeout=30_000)
+    expect(reply.locator(".message-waiting")).to_be_hidden()
+    page.get_by_role("button", name="Stop").click()
+    wait_done(reply, "stopped")
+
+
 def test_the_settings_page_sets_the_tools_a_new_chat_starts_with(new_page, alice, team, tools_server, tool_providers):
     from chat.models import ChatDefaults
 
