@@ -291,8 +291,8 @@ class ChatServer(Server):
         redis = " at " + redacted(settings.REDIS_URL) if settings.REDIS_URL else ""
         log.info(
             "chat server %s (pid %d) serving on %s; database %s; channel layer %s%s; metrics %s",
-            VERSION, os.getpid(), ", ".join(self.endpoints) or "?", settings.DATABASES["default"]["ENGINE"], layer,
-            redis, "summed in " + metrics.MULTIPROCESS_DIR if metrics.MULTIPROCESS_DIR else "per process",
+            VERSION, os.getpid(), ", ".join(self.endpoints) or "?", database_named(settings.DATABASES["default"]),
+            layer, redis, "summed in " + metrics.MULTIPROCESS_DIR if metrics.MULTIPROCESS_DIR else "per process",
         )  # fmt: skip
 
     def _start_serving(self) -> None:
@@ -335,6 +335,13 @@ def redacted(url: str) -> str:
     scheme, sep, rest = url.partition("://")
     _credentials, at, host = rest.rpartition("@")
     return f"{scheme}{sep}{'***@' if at else ''}{host}"
+
+
+def database_named(database: dict) -> str:
+    """Which database the server uses, for its start-up line: the file, or the server and name (no password)."""
+    if database["ENGINE"].endswith("sqlite3"):
+        return f"SQLite {database['NAME']}"
+    return f"PostgreSQL {database.get('HOST') or 'localhost'}:{database.get('PORT') or 5432}/{database['NAME']}"
 
 
 def freeze_start_up() -> None:
