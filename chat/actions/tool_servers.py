@@ -8,6 +8,7 @@ it up. Each refresh has its own time limit, so a hanging server delays nobody's 
 from __future__ import annotations
 
 import asyncio
+from datetime import datetime
 
 from asgiref.sync import async_to_sync
 from django.conf import settings
@@ -21,6 +22,8 @@ from chat.streaming.tool_catalog import endpoint_of, sync_stdio_servers
 
 # One listing's time limit.
 LIST_SECONDS = 10.0
+# A server found down is listed again this often, so its tools come back soon after it does.
+DOWN_RETRY_SECONDS = 30.0
 
 
 async def _listing(server: McpServer) -> tuple[list[dict] | None, str]:
@@ -60,17 +63,31 @@ def refresh_now(server: McpServer) -> str:
     return error
 
 
-async def refresh_all() -> None:
-    """Every enabled server, at once, each within its own time limit."""
+def due(server: McpServer, now: datetime) -> bool:
+    """Whether a server's tools are listed again now: every MCP_REFRESH_SECONDS, or DOWN_RETRY_SECONDS while it
+    is down. Another process's listing counts: the processes share the work."""
+    if server.refreshed is None:
+        return True
+    wait = settings.MCP_REFRESH_SECONDS
+    if server.health == McpServer.Health.DOWN:
+        wait = min(wait, DOWN_RETRY_SECONDS)
+    return (now - server.refreshed).total_seconds() >= wait * 0.9  # a tick that comes a little early still counts
+
+
+async def refresh_due() -> None:
+    """The enabled servers due a listing, at once."""
     await db_threads.run(sync_stdio_servers)()
-    servers = await db_threads.run(lambda: list(McpServer.objects.filter(enabled=True)))()
+    now = timezone.now()
+    servers = await db_threads.run(lambda: [s for s in McpServer.objects.filter(enabled=True) if due(s, now)])()
     await asyncio.gather(*(refresh(server) for server in servers))
 
 
 async def refresh_forever(process: process_loops.Process) -> None:
-    """refresh_all() every MCP_REFRESH_SECONDS; a database outage is logged once a streak and retried."""
+    """refresh_due() every DOWN_RETRY_SECONDS (or MCP_REFRESH_SECONDS if shorter); a database outage is logged
+    once a streak and retried."""
+    tick = min(settings.MCP_REFRESH_SECONDS, DOWN_RETRY_SECONDS)
 
     def interval(failures: int) -> float:
-        return min(settings.MCP_REFRESH_SECONDS * 2**failures, max(settings.MCP_REFRESH_SECONDS, 600.0))
+        return min(tick * 2**failures, max(tick, 600.0))
 
-    await every(interval, refresh_all, "cannot refresh the MCP servers' tools", "MCP servers' tools refreshed again")
+    await every(interval, refresh_due, "cannot refresh the MCP servers' tools", "MCP servers' tools refreshed again")

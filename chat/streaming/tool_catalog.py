@@ -60,7 +60,9 @@ def sync_stdio_servers() -> None:
     declared = stdio_servers()
     for name in declared:
         McpServer.objects.get_or_create(name=name, defaults={"transport": McpServer.Transport.STDIO})
-    McpServer.objects.filter(transport=McpServer.Transport.STDIO).exclude(name__in=list(declared)).update(enabled=False)
+    gone = McpServer.objects.filter(transport=McpServer.Transport.STDIO, enabled=True).exclude(name__in=list(declared))
+    if gone.exists():  # read first: run on every refresh tick, it writes nothing while nothing changed
+        gone.update(enabled=False)
 
 
 def endpoint_of(server: McpServer) -> Endpoint | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from asgiref.sync import sync_to_async
+from django.conf import settings
 from django.test import override_settings
 
 from chat.models import McpServer, McpTool, Message, ToolCall, Usage
@@ -142,6 +143,28 @@ async def test_a_server_that_is_down_is_left_out(connect, alice, team, tools_ser
     assert {c["name"]: c["status"] for c in calls if c["status"] != "running"} == {
         "gone__echo": "forbidden", "tests__echo": "ok"
     }  # fmt: skip
+
+
+async def test_a_server_back_up_is_listed_again_within_the_down_retry_and_others_wait_their_turn(mcp_http):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from chat.actions import tool_servers
+
+    now = timezone.now()
+    retry_ago = now - timedelta(seconds=tool_servers.DOWN_RETRY_SECONDS)
+    refresh_ago = now - timedelta(seconds=settings.MCP_REFRESH_SECONDS)
+    make = McpServer.objects.acreate
+    back = await make(name="back", url=mcp_http, health="down", last_error="was away", refreshed=retry_ago)
+    fresh = await make(name="fresh", url=mcp_http, health="up", tools=[], refreshed=retry_ago)
+    stale = await make(name="stale", url=mcp_http, health="up", tools=[], refreshed=refresh_ago)
+    await tool_servers.refresh_due()
+    for server in (back, fresh, stale):
+        await server.arefresh_from_db()
+    assert back.health == "up" and not back.last_error and back.tools  # its tools are offered again
+    assert stale.tools and stale.refreshed > now
+    assert fresh.tools == [] and fresh.refreshed < now  # listed by some process 30 s ago: not yet again
 
 
 async def test_switched_off_tools_and_asks_first(connect, alice, team, tools_server, tool_providers, fake):
