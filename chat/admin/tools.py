@@ -23,7 +23,7 @@ class McpServerForm(forms.ModelForm):
     bearer = forms.CharField(
         label="Bearer secret", required=False,
         widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password"}),
-        help_text="Sent as Authorization: Bearer …. Leave empty to keep the current one.",
+        help_text="Sent as “Authorization: Bearer …”. Leave empty to keep the current one.",
     )  # fmt: skip
     new_headers = forms.CharField(
         label="Headers", required=False, widget=forms.Textarea(attrs={"rows": 3}),
