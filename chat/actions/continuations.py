@@ -77,6 +77,7 @@ def continue_shared(share: Share, reader) -> Conversation:
             parent = Message.objects.create(
                 conversation=conversation, parent=parent, role=shared["role"], content=shared["content"],
                 reasoning=shared["reasoning"], thinking_ms=shared["thinking_ms"], tool_calls=shared["tool_calls"],
+                tool_rounds=shared.get("tool_rounds"),  # a snapshot made before tools has none
                 status=status, finish_reason=shared["finish_reason"] or "", error=shared["error"] or "",
                 model=shared["model"], imported_usage=shared["usage"],
             )  # fmt: skip

@@ -118,6 +118,11 @@ def test_a_share_link_shows_the_calls_and_their_results(alice, bob, answered, li
     assert made.status_code == 201
     shown = reader.get(made.json()["url"]).context["content"]
     assert shown["messages"][-1]["tool_rounds"] == ROUNDS
+    # "Continue in my chats": the reader's copy has the calls, and its next turn sends them upstream.
+    continued = reader.post(made.json()["url"] + "continue")
+    copy = Conversation.objects.get(pk=int(continued.url.strip("/").rsplit("/", 1)[-1]))
+    assert copy.owner == bob and copy.messages.get(role="assistant").tool_rounds == ROUNDS
+    assert [m["role"] for m in upstream_messages(copy)].count("tool") == 2
 
 
 def test_an_edit_branches_and_the_first_answer_keeps_its_calls(alice, answered):
