@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime
+from html import escape
 
 from django.conf import settings
 from django.utils import timezone
@@ -104,10 +106,46 @@ def markdown_message(message: dict) -> str:
         lines += [f"*{_('Attached')}: {names}*", ""]
     if message["reasoning"]:
         lines += [f"<details><summary>{_('Reasoning')}</summary>", "", message["reasoning"], "", "</details>", ""]
-    lines += [message["content"], ""]
+    lines += markdown_answer(message["content"], message.get("tool_rounds"))
     if message["error"]:
         lines += [f"*{message['status']}: {message['error']}*", ""]
     return "".join(line + "\n" for line in lines)
+
+
+def markdown_answer(content: str, rounds: list | None) -> list[str]:
+    """An answer's text with each round's tool calls folded in where the model made them."""
+    lines: list[str] = []
+    start = 0
+    for entry in rounds or []:
+        if not isinstance(entry, dict) or not isinstance(entry.get("at"), int):
+            continue
+        at = max(start, entry["at"])
+        if content[start:at].strip():
+            lines += [content[start:at], ""]
+        for call in entry.get("calls") or []:
+            if isinstance(call, dict):
+                lines += markdown_call(call)
+        start = at
+    return [*lines, content[start:], ""]
+
+
+def markdown_call(call: dict) -> list[str]:
+    """One tool call, folded: its tool, server and status, its arguments and what it answered (as code: untrusted)."""
+    title = " · ".join(str(part) for part in (call.get("tool") or call.get("name"), call.get("server"),
+                                              call.get("status")) if part)  # fmt: skip
+    answered = call.get("result") if call.get("status") == "ok" else call.get("error")
+    lines = [f"<details><summary>{escape(_('Tool call'))} · {escape(title)}</summary>", ""]
+    lines += [fenced(str(call.get("arguments") or "{}"), "json"), ""]
+    if answered:
+        lines += [fenced(str(answered)), ""]
+    return [*lines, "</details>", ""]
+
+
+def fenced(text: str, info: str = "") -> str:
+    """`text` in a code fence longer than any run of backticks in it, so no text can end it early."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}{info}\n{text}\n{fence}"
 
 
 def markdown_all(conversations) -> str:

@@ -61,6 +61,19 @@ def test_export_and_import_keep_the_rounds_and_run_nothing(alice, bob, answered)
     assert page["messages"][-1]["tool_rounds"] == ROUNDS
 
 
+def test_the_markdown_export_folds_each_call_in_where_the_model_made_it(alice, answered):
+    from chat.actions.exports import fenced
+
+    client = Client()
+    client.force_login(alice)
+    text = read(client.get(f"/api/conversations/{answered.pk}/export?format=md")).decode()
+    order = ["Let m", "Tool call · echo · tests · ok", '```json\n{"text": "hi"}\n```', "echo: hi", "eSee",
+             "Tool call · fail · tests · error", "it broke", ".Done."]  # fmt: skip
+    assert [text.index(part) for part in order] == sorted(text.index(part) for part in order), text
+    # A result is code, in a fence no backticks of its own can end.
+    assert fenced("<b>x</b> ``` y") == "````\n<b>x</b> ``` y\n````"
+
+
 def test_an_import_with_malformed_rounds_is_refused(bob):
     client = Client()
     client.force_login(bob)
