@@ -40,6 +40,9 @@ from chat.streaming.tool_catalog import ToolSpec
 
 log = logging.getLogger(__name__)
 
+# Between one stream's thinking and the next's in one answer (tool rounds, a continue): a blank line.
+THINKING_APART = "\n\n"
+
 _tasks: set[asyncio.Task] = set()
 # The generation tasks alone (a graceful shutdown waits for these, not for control handlers).
 _streams: set[asyncio.Task] = set()
@@ -255,6 +258,8 @@ class Generation(AnswerSaves):
         if len(state.content) == sent_content and len(state.reasoning) == sent_reasoning:
             return
         content, reasoning = "".join(state.content[sent_content:]), "".join(state.reasoning[sent_reasoning:])
+        if reasoning and not sent_reasoning:
+            reasoning = self._apart(reasoning)
         self._sent = (len(state.content), len(state.reasoning))
         self._last_flush = asyncio.get_running_loop().time()
         # Nearly always one part; a huge upstream chunk becomes several deltas, each under the frame limit.
@@ -292,7 +297,11 @@ class Generation(AnswerSaves):
         """The answer's text: a continued answer's (or the earlier rounds') text, then this stream's."""
         if self.prefix is None:
             return content, reasoning
-        return self.prefix[0] + content, self.prefix[1] + reasoning
+        return self.prefix[0] + content, self.prefix[1] + (self._apart(reasoning) if reasoning else "")
+
+    def _apart(self, reasoning: str) -> str:
+        """This stream's first thinking, set apart from the earlier rounds' (or the continued answer's)."""
+        return THINKING_APART + reasoning if self.prefix is not None and self.prefix[1] else reasoning
 
     # --- tool rounds ----------------------------------------------------------
 

@@ -84,6 +84,18 @@ async def test_several_calls_at_once_and_failures_do_not_stall(connect, alice, t
     assert {c.status async for c in ToolCall.objects.filter(message=reply)} == {"ok", "timeout", "error", "invalid"}
 
 
+async def test_each_rounds_thinking_is_set_apart_live_and_stored(connect, alice, team, tools_server, tool_providers):
+    await team.user_set.aadd(alice)
+    _, _, ws = await connect(alice)
+    await ws.send(type="send", conversation=None, content=f"{ECHO} [[rounds:2]] [[reasoning:2]]", model=MODELS["i14"])
+    frames = await ws.until("done")
+    reply = await Message.objects.aget(pk=frames[-1]["message"])
+    rounds = reply.reasoning.split("\n\n")
+    assert len(rounds) == 3 and all(rounds), reply.reasoning  # three streams' thinking, a blank line between
+    # The page's deltas add up to what is stored: a reload shows what streamed.
+    assert "".join(f.get("reasoning", "") for f in frames if f["type"] == "delta") == reply.reasoning
+
+
 @override_settings(MCP_MAX_ROUNDS=1)
 async def test_the_round_limit_ends_the_turn(connect, alice, team, tools_server, tool_providers):
     await team.user_set.aadd(alice)
