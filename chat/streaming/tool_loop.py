@@ -29,6 +29,7 @@ OK, ERROR, TIMEOUT, INVALID, DENIED, FORBIDDEN, LIMITED, CANCELLED = (
     "ok", "error", "timeout", "invalid", "denied", "forbidden", "limited", "cancelled",
 )  # fmt: skip
 RUNNING, WAITING = "running", "waiting"
+UNFINISHED = ("pending", WAITING, RUNNING)
 
 
 @dataclass
@@ -61,6 +62,19 @@ class Call:
         if self.status == OK:
             return self.result + ("\n[result cut to its first characters]" if self.truncated else "")
         return f"[tool call {self.status}] {self.error}"
+
+
+def ended_rounds(rounds: Any, error: str) -> Any:
+    """Stored rounds (Message.tool_rounds) with each call still unfinished marked cancelled with `error`: for an
+    answer whose turn ended without them (its server stopped). Anything else comes back as it was."""
+    if not isinstance(rounds, list):
+        return rounds
+
+    def ended(call: Any) -> Any:
+        unfinished = isinstance(call, dict) and call.get("status") in UNFINISHED
+        return {**call, "status": CANCELLED, "error": error} if unfinished else call
+
+    return [{**e, "calls": [ended(c) for c in e.get("calls") or []]} if isinstance(e, dict) else e for e in rounds]
 
 
 def calls_of(tool_calls: list[dict[str, Any]]) -> list[Call]:

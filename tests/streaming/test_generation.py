@@ -163,10 +163,12 @@ def test_the_sweep_ends_only_streams_of_dead_processes(alice, transactional_db, 
     dead = dead_worker()
     conversation = Conversation.objects.create(owner=alice)
 
+    rounds = [{"at": 3, "calls": [{"id": "a", "status": "ok", "result": "5"}, {"id": "b", "status": "running"},
+                                  {"id": "c", "status": "waiting"}]}]  # fmt: skip
+
     def reply(worker):
-        message = Message.objects.create(
-            conversation=conversation, role="assistant", status="streaming", content="abc", worker=worker
-        )
+        message = Message.objects.create(conversation=conversation, role="assistant", status="streaming", content="abc",
+                                         worker=worker, tool_rounds=rounds)  # fmt: skip
         Usage.objects.create(user=alice, message=message, model=I14, status="streaming", worker=worker)
         return message
 
@@ -185,6 +187,10 @@ def test_the_sweep_ends_only_streams_of_dead_processes(alice, transactional_db, 
     assert usage[api_dead.pk].ended is not None
     dead_usage = Usage.objects.get(message=dead_reply)
     assert dead_usage.status == "interrupted" and dead_usage.estimated and dead_usage.completion_tokens > 0
+    # The calls it waited on or ran ended with it (the page would show them running for ever); the done one stays.
+    calls = Message.objects.get(pk=dead_reply.pk).tool_rounds[0]["calls"]
+    assert [c["status"] for c in calls] == ["ok", "cancelled", "cancelled"] and calls[0]["result"] == "5"
+    assert Message.objects.get(pk=live_reply.pk).tool_rounds == rounds
     # A lone process at start-up takes every stream not its own, with or without a worker.
     assert {m.pk for m in recover_orphans(None)} == {live_reply.pk, unowned.pk}
 
