@@ -85,7 +85,7 @@ async def refresh_due() -> None:
 async def refresh_forever(process: process_loops.Process) -> None:
     """refresh_due() every DOWN_RETRY_SECONDS (or MCP_REFRESH_SECONDS if shorter); a database outage is logged
     once a streak and retried."""
-    tick = min(settings.MCP_REFRESH_SECONDS, DOWN_RETRY_SECONDS)
+    tick = max(1.0, min(settings.MCP_REFRESH_SECONDS, DOWN_RETRY_SECONDS))  # MCP_REFRESH_SECONDS=0 must not spin
 
     def interval(failures: int) -> float:
         return min(tick * 2**failures, max(tick, 600.0))
