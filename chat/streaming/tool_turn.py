@@ -97,7 +97,7 @@ class ToolTurn:
             await tool_loop.run_round(calls, specs, allowed, self._notify_call, self._approve)
         finally:
             for call in calls:
-                if call.status in ("pending", tool_loop.WAITING, tool_loop.RUNNING, tool_loop.CANCELLED):
+                if call.status in (*tool_loop.UNFINISHED, tool_loop.CANCELLED):
                     call.status, call.error = tool_loop.CANCELLED, "stopped by the person"
                     await self._send_tool(type="tool_call", round=len(self.rounds) - 1, call=call.public())
             await db_threads.run(tool_rounds.record)(job.user_id, job.conversation_id, job.message_id, calls)
