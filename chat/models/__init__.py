@@ -32,7 +32,7 @@ from chat.models.reviews import ConversationRead, ConversationReadQuerySet
 from chat.models.rollups import PersonDay, PersonMonth, TokenMonth, UsageDay
 from chat.models.shares import Share, ShareQuerySet
 from chat.models.tokens import TOKEN_PREFIX, ApiToken, ApiTokenQuerySet
-from chat.models.tools import NAME_SEPARATOR, McpServer, McpServerQuerySet, McpTool, ToolCall
+from chat.models.tools import McpServer, McpServerQuerySet, McpTool, ToolCall, tool_name
 from chat.models.usage import Usage, UsageQuerySet
 from chat.models.workers import INTERRUPTED_ERROR, Worker, WorkerQuerySet
 
@@ -40,7 +40,6 @@ __all__ = [
     "DEMO_MODEL",
     "DEMO_PROVIDER",
     "INTERRUPTED_ERROR",
-    "NAME_SEPARATOR",
     "TOKEN_PREFIX",
     "Access",
     "ApiToken",
@@ -88,5 +87,6 @@ __all__ = [
     "demo_api_key",
     "fit",
     "insert_row",
+    "tool_name",
     "update_row",
 ]

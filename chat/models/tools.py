@@ -17,6 +17,11 @@ from django.utils import timezone
 NAME_SEPARATOR = "__"
 
 
+def tool_name(server: str, tool: str) -> str:
+    """A tool's name as the model sees it: its server's name, NAME_SEPARATOR, the tool's own (tests__echo)."""
+    return f"{server}{NAME_SEPARATOR}{tool}"
+
+
 class McpServerQuerySet(models.QuerySet):
     def usable_by(self, user):
         """The enabled servers this person may use: all for a superuser, else those open to one of their groups
@@ -87,7 +92,7 @@ class McpTool(models.Model):
         constraints = [models.UniqueConstraint(fields=["server", "name"], name="one_setting_per_tool")]
 
     def __str__(self) -> str:
-        return f"{self.server.name}{NAME_SEPARATOR}{self.name}"  # as the model sees it
+        return tool_name(self.server.name, self.name)
 
 
 class ToolCall(models.Model):

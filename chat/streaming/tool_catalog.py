@@ -16,7 +16,7 @@ from typing import Any
 
 from django.conf import settings
 
-from chat.models import NAME_SEPARATOR, McpServer, McpTool
+from chat.models import McpServer, McpTool, tool_name
 from chat.streaming.mcp_client import Endpoint
 
 log = logging.getLogger(__name__)
@@ -91,7 +91,7 @@ def tools_for(user, chosen: list[str] | None) -> tuple[ToolSpec, ...]:
             setting = settings_of.get((server.pk, tool.get("name")))
             if setting is not None and not setting.enabled:
                 continue
-            name = f"{server.name}{NAME_SEPARATOR}{tool['name']}"
+            name = tool_name(server.name, tool["name"])
             if chosen is not None and name not in chosen:
                 continue
             specs.append(ToolSpec(
@@ -114,7 +114,7 @@ def menu_for(user) -> list[dict[str, Any]]:
             "health": server.health,
             "tools": [
                 {
-                    "name": f"{server.name}{NAME_SEPARATOR}{tool['name']}",
+                    "name": tool_name(server.name, tool["name"]),
                     "tool": tool["name"],
                     "description": (tool.get("description") or "")[:300],
                 }
