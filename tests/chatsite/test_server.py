@@ -322,7 +322,10 @@ def slow_reader(server, token: str, body: bytes, path: str = "/v1/chat/completio
 
 def test_a_v1_client_that_reads_nothing_holds_the_upstream_back_and_is_cut_off(alice, providers, fake):
     token = ApiToken.issue(alice, "tests")[1]
-    chunks = 200_000
+    # About 90 MB: half of it is more than the kernel can hold between the upstream and the server (the
+    # upstream's send buffer and the server's receive buffer at their largest, 4 + 32 MiB here), so the
+    # upstream writing over half means the server read on for a client that took nothing.
+    chunks = 400_000
     with live(API_SLOW_CLIENT_SECONDS="2") as server:
         baseline = rss(server.process.pid)
         body = orjson.dumps(api_request(token, f"[[chunks:{chunks}]]"))
