@@ -354,9 +354,11 @@ def test_a_v1_client_cut_off_after_the_upstream_finished_is_billed_as_the_upstre
 ):
     """The answer was whole upstream, held back only by the client: the cut reads the rest for its usage."""
     token = ApiToken.issue(alice, "tests")[1]
-    # 3.2 MB in 400 events: more than the client and the kernel's buffers take, and few enough
-    # events for the cut's drain (DRAIN_SECONDS) to read them all on a busy machine.
-    prompt = "[[chunks:400]] [[size:8000]]"
+    # 400 events, few enough for the cut's drain (DRAIN_SECONDS) to read them all on a busy machine,
+    # and half as big again as the largest send buffer the kernel may give the server's socket
+    # (tcp_wmem's maximum, 4 MiB here): were the whole answer to fit, it would end `complete`.
+    size = max(8000, largest_send_buffer() * 3 // 2 // 400)
+    prompt = f"[[chunks:400]] [[size:{size}]]"
     with live(API_SLOW_CLIENT_SECONDS="2", CHAT_MAX_REPLY_BYTES="20000000") as server:
         request = api_request(token, prompt)
         if path == "/v1/responses":
@@ -370,6 +372,11 @@ def test_a_v1_client_cut_off_after_the_upstream_finished_is_billed_as_the_upstre
     assert usage.status == "stopped" and "did not read the stream for 2 s" in usage.error
     reported = [orjson.loads(event[6:])["usage"] for event in record.sent if b'"usage"' in event]
     assert not usage.estimated and usage.completion_tokens == reported[-1]["completion_tokens"]
+
+
+def largest_send_buffer() -> int:
+    """The most a TCP socket's send buffer grows to on this machine (Linux's tcp_wmem)."""
+    return int(Path("/proc/sys/net/ipv4/tcp_wmem").read_text().split()[2])
 
 
 def test_a_v1_client_that_reads_slowly_but_steadily_is_kept_and_billed_as_reported(alice, providers, fake):
