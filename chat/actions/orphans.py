@@ -24,7 +24,7 @@ from chat.models import Message, Usage, Worker
 from chat.models.workers import INTERRUPTED_ERROR
 from chat.runtime import db_threads, metrics, process_loops
 from chat.runtime.failures import FailureStreak, stop_if_cancelled
-from chat.streaming import tool_loop, upstream
+from chat.streaming import tool_loop, tool_rounds, upstream
 from chat.streaming.frames import send_done
 from chat.streaming.generation import running_generation, running_messages
 
@@ -93,9 +93,13 @@ def _close_each(rows, **fields) -> int:
 def _end(message: Message, status: str, error: str, now: datetime) -> None:
     """End a streaming reply nobody streams any more, and its usage row with estimated tokens (in a transaction)."""
     message.status, message.error, message.updated = status, error, now
-    # A call it was waiting on or running when its stream ended ended with it: not shown running for ever.
+    # A call it was waiting on or running when its stream ended ended with it: not shown running for ever,
+    # and its round goes in the audit, which the turn would have written when the round ended.
+    cut = tool_loop.cut_short(message.tool_rounds, CALL_ENDED)
     message.tool_rounds = tool_loop.ended_rounds(message.tool_rounds, CALL_ENDED)
     message.save(update_fields=["status", "error", "updated", "tool_rounds"])
+    if cut:
+        tool_rounds.record(message.conversation.owner_id, message.conversation_id, message.pk, cut)
     # A continued answer's earlier streams metered their part of the text already.
     earlier = Usage.objects.filter(message=message).exclude(status=Message.Status.STREAMING)
     before = earlier.aggregate(out=Sum("completion_tokens"), thought=Sum("reasoning_tokens"))

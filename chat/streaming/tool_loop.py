@@ -77,6 +77,32 @@ def ended_rounds(rounds: Any, error: str) -> Any:
     return [{**e, "calls": [ended(c) for c in e.get("calls") or []]} if isinstance(e, dict) else e for e in rounds]
 
 
+def cut_short(rounds: Any, error: str) -> list[Call]:
+    """The calls of the stored rounds that had a call unfinished, ended as ended_rounds() ends them: the round
+    a stopped server was in, which its turn never recorded (that happens when all of a round's calls end)."""
+    if not isinstance(rounds, list):
+        return []
+    cut = []
+    for entry in rounds:
+        calls = [c for c in entry.get("calls") or [] if isinstance(c, dict)] if isinstance(entry, dict) else []
+        if any(call.get("status") in UNFINISHED for call in calls):
+            cut += [_stored(call, error) for call in calls]
+    return cut
+
+
+def _stored(call: dict[str, Any], error: str) -> Call:
+    """A stored call (Call.public()) as a Call, ended with `error` if it was unfinished."""
+    fields = {name: call[name] for name in Call.__dataclass_fields__ if name in call and name != "parsed"}
+    ended = Call(**{"id": "", "name": "", "arguments": "", **fields})
+    if ended.status in UNFINISHED:
+        ended.status, ended.error = CANCELLED, error
+    try:
+        ended.parsed = orjson.loads(ended.arguments)
+    except (orjson.JSONDecodeError, TypeError):
+        pass
+    return ended
+
+
 def calls_of(tool_calls: list[dict[str, Any]]) -> list[Call]:
     """The model's assembled tool calls (by index, chat/streaming/upstream/state.py) as calls to run."""
     calls = []

@@ -15,8 +15,8 @@ from django.conf import settings
 from django.db import OperationalError, connection
 from django.utils import timezone
 
-from chat.actions.orphans import recover_orphans
-from chat.models import INTERRUPTED_ERROR, Conversation, Message, Price, Usage, Worker
+from chat.actions.orphans import CALL_ENDED, recover_orphans
+from chat.models import INTERRUPTED_ERROR, Conversation, Message, Price, ToolCall, Usage, Worker
 from chat.streaming import answer_saves, generation
 from tests.conftest import MODELS, session_cookie
 
@@ -163,8 +163,14 @@ def test_the_sweep_ends_only_streams_of_dead_processes(alice, transactional_db, 
     dead = dead_worker()
     conversation = Conversation.objects.create(owner=alice)
 
-    rounds = [{"at": 3, "calls": [{"id": "a", "status": "ok", "result": "5"}, {"id": "b", "status": "running"},
-                                  {"id": "c", "status": "waiting"}]}]  # fmt: skip
+    def call(name, status, **more):
+        return {"id": name, "name": f"tests__{name}", "server": "tests", "tool": name, "arguments": "{}",
+                "status": status, **more}  # fmt: skip
+
+    # A round that ended (its turn recorded it), then one under way: a call done, one running, one waiting.
+    rounds = [{"at": 1, "calls": [call("x", "ok")]},
+              {"at": 3, "calls": [call("a", "ok", result="5", size=1, duration_ms=7),
+                                  call("b", "running", arguments='{"text": "hi"}'), call("c", "waiting")]}]  # fmt: skip
 
     def reply(worker):
         message = Message.objects.create(conversation=conversation, role="assistant", status="streaming", content="abc",
@@ -188,9 +194,17 @@ def test_the_sweep_ends_only_streams_of_dead_processes(alice, transactional_db, 
     dead_usage = Usage.objects.get(message=dead_reply)
     assert dead_usage.status == "interrupted" and dead_usage.estimated and dead_usage.completion_tokens > 0
     # The calls it waited on or ran ended with it (the page would show them running for ever); the done one stays.
-    calls = Message.objects.get(pk=dead_reply.pk).tool_rounds[0]["calls"]
+    calls = Message.objects.get(pk=dead_reply.pk).tool_rounds[1]["calls"]
     assert [c["status"] for c in calls] == ["ok", "cancelled", "cancelled"] and calls[0]["result"] == "5"
     assert Message.objects.get(pk=live_reply.pk).tool_rounds == rounds
+    # The round under way goes in the audit, which its turn would have written when the round ended.
+    audit = ToolCall.objects.filter(message=dead_reply).order_by("pk")
+    assert [(row.user_id, row.conversation_id, row.tool, row.status) for row in audit] == [
+        (alice.pk, conversation.pk, "a", "ok"), (alice.pk, conversation.pk, "b", "cancelled"),
+        (alice.pk, conversation.pk, "c", "cancelled"),
+    ]  # fmt: skip
+    assert audit[0].duration_ms == 7 and audit[1].arguments == {"text": "hi"} and audit[2].error == CALL_ENDED
+    assert not ToolCall.objects.exclude(message=dead_reply).exists()
     # A lone process at start-up takes every stream not its own, with or without a worker.
     assert {m.pk for m in recover_orphans(None)} == {live_reply.pk, unowned.pk}
 
