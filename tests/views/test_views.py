@@ -5,7 +5,8 @@ import json
 import pytest
 from django.test import Client
 
-from chat.models import Conversation, Message, Usage
+from chat.models import Conversation, Message, Provider, Usage
+from chat.models.providers import DEMO_PROVIDER
 
 pytestmark = pytest.mark.django_db
 
@@ -173,3 +174,24 @@ def test_the_api_guide_is_a_page_of_the_site(alice_client):
     page = response.content.decode()
     assert response.status_code == 200 and 'id="guide-text"' in page and "The OpenAI-compatible API" in page
     assert "http://testserver/v1" in page
+
+
+@pytest.mark.parametrize("demo", [True, False])
+def test_a_server_without_a_real_model_tells_staff_how_to_add_one_and_others_whom_to_ask(alice, django_user_model,
+                                                                                        demo):  # fmt: skip
+    Provider.objects.all().delete()
+    if demo:
+        Provider.objects.create(name=DEMO_PROVIDER, base_url="http://127.0.0.1:8000/_demo/v1", api_key="demo")
+    staff = django_user_model.objects.create_user("staff", password="x", is_staff=True)
+    pages = {}
+    for person in (staff, alice):
+        client = Client()
+        client.force_login(person)
+        pages[person] = client.get("/").content.decode()
+    banner = 'id="demo-banner"' if demo else 'id="no-provider-banner"'
+    assert banner in pages[staff] and banner in pages[alice]
+    assert "UPSTREAM_BASE_URL" in pages[staff] and 'href="/admin/"' in pages[staff]
+    assert "Ask an administrator" not in pages[staff]
+    # Someone who cannot reach the admin is not sent there, nor told about the server's environment.
+    assert "UPSTREAM_BASE_URL" not in pages[alice] and 'href="/admin/"' not in pages[alice]
+    assert "Ask an administrator to connect" in pages[alice]
