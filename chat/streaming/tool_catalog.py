@@ -105,9 +105,12 @@ def tools_for(user, chosen: list[str] | None) -> tuple[ToolSpec, ...]:
 def menu_for(user) -> list[dict[str, Any]]:
     """The composer's tools menu: each server this person may use, up or down, with its enabled tools."""
     servers = list(McpServer.objects.usable_by(user))
-    off = set(
-        McpTool.objects.filter(server__in=[s.pk for s in servers], enabled=False).values_list("server_id", "name")
-    )
+    settings_of = {
+        (server_id, name): (enabled, asks_first)
+        for server_id, name, enabled, asks_first in McpTool.objects.filter(
+            server__in=[s.pk for s in servers]
+        ).values_list("server_id", "name", "enabled", "asks_first")
+    }
     return [
         {
             "server": server.name,
@@ -117,9 +120,10 @@ def menu_for(user) -> list[dict[str, Any]]:
                     "name": tool_name(server.name, tool["name"]),
                     "tool": tool["name"],
                     "description": (tool.get("description") or "")[:300],
+                    "asks_first": settings_of.get((server.pk, tool.get("name")), (True, False))[1],
                 }
                 for tool in server.tools or []
-                if (server.pk, tool.get("name")) not in off
+                if settings_of.get((server.pk, tool.get("name")), (True, False))[0]
             ],
         }
         for server in servers

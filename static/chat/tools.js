@@ -225,8 +225,13 @@ export class ToolsMenu {
           this.chosen = [...on];
           this.changed = true;
         });
-        label.append(box, " ", element("span", "", tool.tool));
-        label.title = tool.description;
+        const name = element("span", "tools-name", tool.tool);
+        if (tool.asks_first) name.append(" ", element("span", "tools-asks", t("asks first")));
+        const text = element("span", "tools-text");
+        text.append(name);
+        // Shown, not only as a tooltip: a phone or a keyboard never hovers.
+        if (tool.description) text.append(element("span", "tools-description", tool.description));
+        label.append(box, text);
         group.append(label);
       }
       this.panel.append(group);

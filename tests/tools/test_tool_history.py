@@ -99,21 +99,25 @@ def test_the_usage_dashboard_counts_calls_by_server_and_tool(alice, bob):
 def test_the_tools_menu_lists_only_what_the_person_may_use_and_no_secret(alice, bob):
     from django.contrib.auth.models import Group
 
-    from chat.models import McpServer
+    from chat.models import McpServer, McpTool
 
     team = Group.objects.create(name="team")
     team.user_set.add(alice)
     echo = {"name": "echo", "description": "Says it back", "input_schema": {}}
+    add, hidden = {"name": "add", "input_schema": {}}, {"name": "hidden", "input_schema": {}}
     server = McpServer.objects.create(name="tests", url="https://mcp.example/mcp", bearer="s3cret-bearer",
-                                      headers={"X-Key": "h3ader"}, health="up", tools=[echo])  # fmt: skip
+                                      headers={"X-Key": "h3ader"}, health="up", tools=[echo, add, hidden])  # fmt: skip
     server.groups.add(team)
+    McpTool.objects.create(server=server, name="add", asks_first=True)
+    McpTool.objects.create(server=server, name="hidden", enabled=False)
     conversation = Conversation.objects.create(owner=alice, tools=["tests__echo"])
     client = Client()
     client.force_login(alice)
     menu = client.get(f"/api/tools?conversation={conversation.pk}")
+    tools = [{"name": "tests__echo", "tool": "echo", "description": "Says it back", "asks_first": False},
+             {"name": "tests__add", "tool": "add", "description": "", "asks_first": True}]  # fmt: skip
     assert menu.json() == {
-        "servers": [{"server": "tests", "health": "up",
-                     "tools": [{"name": "tests__echo", "tool": "echo", "description": "Says it back"}]}],
+        "servers": [{"server": "tests", "health": "up", "tools": tools}],
         "chosen": ["tests__echo"],
     }  # fmt: skip
     assert b"s3cret" not in menu.content and b"h3ader" not in menu.content and b"example" not in menu.content

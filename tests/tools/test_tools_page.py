@@ -28,6 +28,15 @@ def tools_page(new_page, alice, team, tools_server, tool_providers):
 def test_calls_show_live_with_results_as_text_and_wait_for_approval(tools_page):
     page = tools_page
     expect(page.locator("#tools-button")).to_be_visible()
+    # The menu says what each tool does and which ask first, in words a phone shows (no hover).
+    page.locator("#tools-button").click()
+    echo = page.locator("#tools-panel label").filter(has=page.locator('input[value="tests__echo"]'))
+    expect(echo.locator(".tools-description")).to_have_text("Says the text back, with a prefix.")
+    expect(echo.locator(".tools-asks")).to_have_text("asks first")
+    adder = page.locator("#tools-panel label").filter(has=page.locator('input[value="tests__add"]'))
+    expect(adder.locator(".tools-description")).to_have_text("Adds two integers.")
+    expect(adder.locator(".tools-asks")).to_have_count(0)
+    page.locator("#tools-button").click()
     reply = send(page, '[[call:tests.hostile {}]] [[call:tests.echo {"text": "hi"}]] use the tools')
     runs = reply.locator("details.tool-run")
     waiting = runs.and_(page.locator('[data-status="waiting"]'))
