@@ -356,3 +356,17 @@ def test_the_chat_is_installable_with_a_manifest_and_icons_and_keeps_no_offline_
     assert [error["errorId"] for error in errors if error["errorId"] != "in-incognito"] == [], errors
     # It opens on the chat, and nothing keeps answers offline: no service worker at all.
     assert page.evaluate("() => navigator.serviceWorker.getRegistrations().then((r) => r.length)") == 0
+
+
+@pytest.mark.parametrize("path", ["/settings/", "/settings/tokens/", "/docs/api/"])
+def test_the_settings_token_and_api_pages_fit_a_phone(new_page, alice, providers, path):
+    """A long model name in a select, the tokens table, the guide's code: each scrolls or wraps, the page does not."""
+    from chat.models import ApiToken
+
+    ApiToken.issue(alice, "the laptop's nightly evaluation scripts")
+    page = new_page(alice, **PHONE)
+    page.goto(path)
+    expect(page.locator("main")).to_be_visible()
+    if path == "/docs/api/":
+        expect(page.get_by_test_id("api-guide").locator("pre").first).to_be_visible()  # drawn by its script
+    assert page.evaluate("() => document.documentElement.scrollWidth") <= PHONE["viewport"]["width"]
