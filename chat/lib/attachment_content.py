@@ -18,6 +18,7 @@ import logging
 import multiprocessing
 import resource
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from chat.lib.token_estimate import estimate_tokens
@@ -38,8 +39,21 @@ DOCUMENT_TYPES = {
 }
 
 
+def gettext_noop(message: str) -> str:
+    """Marks a message for the French catalogue (makemessages looks for this name); the caller translates it."""
+    return message
+
+
 class Unreadable(Exception):
-    """A file that is not a supported type, or is broken; the message is for the user."""
+    """A file that is not a supported type, or is broken: `message % params` is for the user, in English;
+    translated() in their language (the message is looked up in the catalogue before the params go in)."""
+
+    def __init__(self, message: str, **params: object) -> None:
+        super().__init__(message % params if params else message)
+        self.message, self.params = message, params
+
+    def translated(self, gettext: Callable[[str], str]) -> str:
+        return gettext(self.message) % self.params if self.params else gettext(self.message)
 
 
 @dataclass(frozen=True)
@@ -84,14 +98,16 @@ def sniff(data: bytes) -> str:
                 if "word/document.xml" in archive.namelist():
                     return "docx"
         except zipfile.BadZipFile:
-            raise Unreadable("The Word document is damaged (its zip structure cannot be read).") from None
-        raise Unreadable("This zip-based file is not a Word .docx document; attach it as PDF, .docx or text.")
+            raise Unreadable(gettext_noop("The Word document is damaged (its zip structure cannot be read).")) from None
+        raise Unreadable(
+            gettext_noop("This zip-based file is not a Word .docx document; attach it as PDF, .docx or text.")
+        )
     if is_text(data):
         return "text"
-    raise Unreadable(
+    raise Unreadable(gettext_noop(
         "This file type is not supported: attach text or code, Markdown, CSV, JSON, PDF, Word .docx, "
         "or a PNG, JPEG, WebP or GIF image."
-    )
+    ))  # fmt: skip
 
 
 def is_text(data: bytes) -> bool:
@@ -128,21 +144,23 @@ def pdf_text(data: bytes) -> str:
     try:
         reader = PdfReader(io.BytesIO(data), strict=False)
         if reader.is_encrypted and not reader.decrypt(""):
-            raise Unreadable("The PDF is password-protected; attach an unprotected copy.")
+            raise Unreadable(gettext_noop("The PDF is password-protected; attach an unprotected copy."))
         pages = [page.extract_text() or "" for page in reader.pages]
     except Unreadable:
         raise
     except (PyPdfError, ValueError, KeyError, TypeError, AttributeError, IndexError, OSError, RecursionError) as exc:
-        raise Unreadable(f"The PDF could not be read (it looks damaged or truncated: {type(exc).__name__}).") from None
+        message = gettext_noop("The PDF could not be read (it looks damaged or truncated: %(error)s).")
+        raise Unreadable(message, error=type(exc).__name__) from None
     text = "\n\n".join(page.strip() for page in pages if page.strip())
     if not text:
-        raise Unreadable("The PDF has no text to extract (a scan, perhaps); attach its pages as images instead.")
+        raise Unreadable(
+            gettext_noop("The PDF has no text to extract (a scan, perhaps); attach its pages as images instead.")
+        )
     return text
 
 
 def docx_text(data: bytes) -> str:
     import docx
-    from docx.opc.exceptions import PackageNotFoundError
 
     try:
         document = docx.Document(io.BytesIO(data))
@@ -150,10 +168,9 @@ def docx_text(data: bytes) -> str:
         for table in document.tables:
             for row in table.rows:
                 lines.append(" | ".join(cell.text.strip() for cell in row.cells))
-    except (PackageNotFoundError, KeyError, ValueError, zipfile.BadZipFile, OSError) as exc:
-        raise Unreadable(f"The Word document could not be read ({type(exc).__name__}).") from None
-    except Exception as exc:  # lxml's parse errors and python-docx's own, without importing lxml here
-        raise Unreadable(f"The Word document could not be read ({type(exc).__name__}).") from None
+    except Exception as exc:  # zip, lxml and python-docx's own errors, without importing lxml here
+        message = gettext_noop("The Word document could not be read (%(error)s).")
+        raise Unreadable(message, error=type(exc).__name__) from None
     return "\n".join(lines).strip()
 
 
@@ -165,7 +182,8 @@ def reencode_image(data: bytes, kind: str, max_side: int = MAX_SIDE) -> Inspecte
     try:
         with Image.open(io.BytesIO(data), formats=[kind]) as image:
             if image.width * image.height > MAX_PIXELS:
-                raise Unreadable(f"The image is too large ({image.width}×{image.height} pixels).")
+                message = gettext_noop("The image is too large (%(width)s×%(height)s pixels).")
+                raise Unreadable(message, width=image.width, height=image.height)
             image.seek(0)  # a GIF's (or animated WebP's) first frame
             image.load()
             frame = ImageOps.exif_transpose(image) or image
@@ -182,9 +200,10 @@ def reencode_image(data: bytes, kind: str, max_side: int = MAX_SIDE) -> Inspecte
     except Unreadable:
         raise
     except Image.DecompressionBombError:
-        raise Unreadable("The image is too large to decode.") from None
+        raise Unreadable(gettext_noop("The image is too large to decode.")) from None
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError, EOFError) as exc:
-        raise Unreadable(f"The image could not be read (it looks damaged or truncated: {exc}).") from None
+        message = gettext_noop("The image could not be read (it looks damaged or truncated: %(error)s).")
+        raise Unreadable(message, error=str(exc)) from None
     content_type = IMAGE_TYPES[out_format]
     return Inspected("image", kind, content_type, buffer.getvalue(), width=width, height=height)
 
@@ -200,11 +219,12 @@ def _child(connection, data: bytes, max_side: int) -> None:
     try:
         connection.send(("ok", inspect(data, max_side)))
     except Unreadable as exc:
-        connection.send(("unreadable", str(exc)))
+        connection.send(("unreadable", (exc.message, exc.params)))
     except MemoryError:
-        connection.send(("unreadable", "The file needs too much memory to read."))
+        connection.send(("unreadable", (gettext_noop("The file needs too much memory to read."), {})))
     except Exception as exc:  # anything else a crafted file provokes is still just an unreadable file
-        connection.send(("unreadable", f"The file could not be read ({type(exc).__name__})."))
+        message = gettext_noop("The file could not be read (%(error)s).")
+        connection.send(("unreadable", (message, {"error": type(exc).__name__})))
     finally:
         connection.close()
 
@@ -222,16 +242,18 @@ def inspect_limited(data: bytes, *, timeout: float, max_side: int = MAX_SIDE) ->
     sender.close()
     try:
         if not receiver.poll(timeout):
-            raise Unreadable(f"Reading the file took longer than {timeout:g} s; it was given up.")
+            message = gettext_noop("Reading the file took longer than %(seconds)s s; it was given up.")
+            raise Unreadable(message, seconds=f"{timeout:g}")
         try:
             outcome, value = receiver.recv()
         except EOFError:
-            raise Unreadable("The file could not be read (reading it ran out of memory).") from None
+            raise Unreadable(gettext_noop("The file could not be read (reading it ran out of memory).")) from None
     finally:
         receiver.close()
         if child.is_alive():
             child.kill()
         child.join()
     if outcome != "ok":
-        raise Unreadable(value)
+        message, params = value
+        raise Unreadable(message, **params)
     return value

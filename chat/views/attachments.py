@@ -89,7 +89,7 @@ async def _upload(request, user):
             inspected = await asyncio.to_thread(attachment_content.inspect_limited, data, timeout=timeout)
             del data
     except attachment_content.Unreadable as exc:
-        return error(400, "unreadable", f"{name}: {exc}")
+        return error(400, "unreadable", f"{name}: {exc.translated(_)}")
     if inspected.kind == "document" and inspected.tokens > settings.ATTACHMENT_MAX_MESSAGE_TOKENS:
         return error(
             400, "too_many_tokens",

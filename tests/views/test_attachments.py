@@ -286,6 +286,17 @@ def test_unreadable_uploads_are_refused_with_a_sentence(server, alice, name, dat
     assert Attachment.objects.count() == 1
 
 
+def test_an_unreadable_upload_is_explained_in_the_persons_language(server, alice):
+    """The reading runs in a child process with no request: its sentence is translated when the answer is made."""
+    with closing(browser_client(server, alice)) as client:
+        client.headers["Accept-Language"] = "fr"
+        answer = upload(client, "program.png", b"MZ\x90\x00\x03" + bytes(200))
+        assert "program.png: Ce type de fichier n’est pas pris en charge" in answer.json()["error"]["detail"]
+        answer = upload(client, "broken.pdf", files.pdf("x")[:120])
+        detail = answer.json()["error"]["detail"]
+        assert detail.startswith("broken.pdf: Le PDF n’a pas pu être lu (il semble endommagé ou tronqué : "), detail
+
+
 @pytest.fixture(scope="module")
 def limited(django_db_setup, django_db_blocker):
     """A second server with small attachment limits (50 kB a file, 80 kB a message, 2,000 tokens)."""
