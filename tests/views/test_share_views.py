@@ -68,6 +68,12 @@ def test_a_link_opens_for_a_teammate_and_not_for_an_anonymous_visitor(alice, bob
     assert client_for(bob).get(f"/api/conversations/{tree.pk}/shares").status_code == 404  # bob may not list them
 
 
+def test_a_shared_page_speaks_the_readers_language(alice, bob, tree):
+    url = share(client_for(alice), tree).json()["url"]
+    page = client_for(bob).get(url, headers={"Accept-Language": "fr"}).content.decode()
+    assert "Chat d’équipe" in page and "Team chat" not in page
+
+
 def test_public_links_only_where_the_setting_allows_them(alice, tree, settings):
     settings.CHAT_PUBLIC_SHARES = False
     refused = share(client_for(alice), tree, public=True)
