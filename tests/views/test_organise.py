@@ -147,6 +147,12 @@ def test_delete_all_needs_the_confirmation_and_keeps_usage_rows(alice_client, al
     assert alice_client.get("/settings/delete-conversations/").status_code == 405
 
 
+def test_the_shortcuts_name_the_keys_as_the_persons_keyboard_does(alice_client):
+    page = alice_client.get("/settings/", headers={"Accept-Language": "fr"}).content.decode()
+    assert "<kbd>Maj</kbd> + <kbd>Entrée</kbd>" in page and "<kbd>Échap</kbd>" in page
+    assert "<kbd>Shift</kbd>" not in page and "<kbd>Enter</kbd>" not in page
+
+
 def test_delete_all_refuses_a_post_without_csrf(alice):
     from django.test import Client
 
