@@ -221,8 +221,10 @@ def parse(raw: bytes) -> list[dict]:
         conversations = data["conversations"]
         if not isinstance(conversations, list):
             raise bad(_("`conversations` must be a list."))
-    else:
+    elif isinstance(data.get("messages"), list):
         conversations = [data]  # one conversation's export
+    else:
+        raise bad(_("The file is not an export of this chat."))
     if not conversations:
         raise bad(_("The file holds no conversation."))
     _refuse_too_many(conversations)

@@ -18,6 +18,12 @@ function element(tag, className, text) {
   return node;
 }
 
+/** The import's progress or outcome; a refusal looks like the site's other form errors. */
+function showStatus(text, failed = false) {
+  status.textContent = text;
+  status.classList.toggle("form-error", failed);
+}
+
 form.addEventListener("submit", async (event) => {
   event.preventDefault();
   const chosen = file.files[0];
@@ -25,10 +31,10 @@ form.addEventListener("submit", async (event) => {
   const max = Number(form.dataset.maxBytes);
   if (chosen.size > max) {
     // The server says the same (413); no need to send it to hear it.
-    status.textContent = t("The file is larger than %(size)s MB, the most this server imports.", { size: max / 1e6 });
+    showStatus(t("The file is larger than %(size)s MB, the most this server imports.", { size: max / 1e6 }), true);
     return;
   }
-  status.textContent = t("Importing…");
+  showStatus(t("Importing…"));
   try {
     // The file's text as the body: the server checks that it is an export (api() sends it as JSON).
     const response = await fetch("/api/import", {
@@ -46,6 +52,7 @@ form.addEventListener("submit", async (event) => {
       throw new ApiError(response.status, data?.error?.code, data?.error?.detail || `HTTP ${response.status}`);
     }
     const count = data.conversations.length;
+    showStatus("");
     status.replaceChildren(
       count === 1
         ? t("Imported “%(title)s”.", { title: data.conversations[0].title })
@@ -57,7 +64,7 @@ form.addEventListener("submit", async (event) => {
     status.append(open);
     form.reset();
   } catch (error) {
-    status.textContent = t("Not imported: %(error)s", { error: error.message });
+    showStatus(t("Not imported: %(error)s", { error: error.message }), true);
   }
 });
 

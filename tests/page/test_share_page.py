@@ -168,9 +168,11 @@ def test_the_settings_page_brings_back_an_export_refuses_a_bad_file_and_lists_li
     data.locator("#import-file").set_input_files({"name": "notes.json", "mimeType": "application/json", "buffer": b"{"})
     data.get_by_role("button", name="Import").click()
     expect(data.locator("#import-status")).to_have_text(re.compile(r"^Not imported: The file is not JSON"))
+    expect(data.locator("#import-status")).to_have_class(re.compile(r"\bform-error\b"))  # shown as an error
     data.locator("#import-file").set_input_files({"name": "c.json", "mimeType": "application/json", "buffer": exported})
     data.get_by_role("button", name="Import").click()
     expect(data.locator("#import-status")).to_contain_text("Imported “")
+    expect(data.locator("#import-status")).not_to_have_class(re.compile(r"\bform-error\b"))
     copy = Conversation.objects.get(owner=bob)
     expect(data.get_by_role("link", name="Open it")).to_have_attribute("href", f"/c/{copy.pk}/")
     assert [m.content for m in copy.path()] == [m.content for m in shared.conversation.path()]

@@ -184,6 +184,7 @@ def messages(*rows, **more) -> bytes:
     [
         (b"not json at all", "not JSON"),
         (b"[1, 2]", "not an export"),
+        (b'{"hello": 1}', "The file is not an export of this chat."),
         (json.dumps({"format": "other", "conversations": []}).encode(), "not an export"),
         (messages({"id": 1, "parent": 2, "role": "user", "content": "x"}), "not in the file"),
         (messages({"id": 1, "parent": 2, "role": "user"}, {"id": 2, "parent": 1, "role": "assistant"}), "loop"),
