@@ -19,6 +19,9 @@ export class ModelPicker {
     this.defaultModel = data.default;
     this.models = new Map(data.models.map((model) => [model.qualified, model]));
     const groups = new Map();
+    // A closed picker shows only the option: a model two providers serve names its provider too.
+    const served = new Map();
+    for (const model of data.models) served.set(model.id, (served.get(model.id) || 0) + 1);
     for (const model of data.models) {
       if (!groups.has(model.provider)) {
         const group = document.createElement("optgroup");
@@ -28,7 +31,8 @@ export class ModelPicker {
       const option = document.createElement("option");
       option.value = model.qualified;
       // Which models take images, at a glance: the picker is where a person chooses one for a photo.
-      option.textContent = model.images ? t("%(model)s · images", { model: model.id }) : model.id;
+      const name = served.get(model.id) > 1 ? `${model.id} · ${model.provider}` : model.id;
+      option.textContent = model.images ? t("%(model)s · images", { model: name }) : name;
       if (model.images) option.dataset.images = "1";
       groups.get(model.provider).append(option);
     }

@@ -11,8 +11,9 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from chat.models import Conversation
+from chat.models import Conversation, Provider
 from tests import files
+from tests.conftest import FAKE_KEY
 from tests.page.test_attachments_page import drop, paste, ready
 from tests.page.test_page import filler
 from tests.page_helpers import (
@@ -210,6 +211,14 @@ def test_error_banners_go_once_their_cause_is_gone_and_the_picker_marks_image_mo
     expect(options.filter(has_text="openai/gpt-5-mini")).to_have_text("openai/gpt-5-mini · images")
     expect(options.filter(has_text="claude-sonnet-5")).to_have_text("claude-sonnet-5")
     notice = page.locator("#notice")
+    # A model two providers serve names its provider: closed, the picker shows only the option.
+    twin = Provider.objects.create(name="infyrence-eu", base_url=providers["infyrence"].base_url, api_key=FAKE_KEY)
+    page.reload()
+    open_chat(page)
+    expect(options.filter(has_text="claude-sonnet-5")).to_have_text(
+        ["claude-sonnet-5 · infyrence", "claude-sonnet-5 · infyrence-eu"]
+    )
+    twin.delete()
     # A refused file, then a valid one: the refusal goes.
     drop(page, "data.bin", bytes(range(256)) * 8, "application/octet-stream")
     expect(notice).to_contain_text("data.bin")
