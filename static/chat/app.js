@@ -109,8 +109,13 @@ ui.messages.addEventListener("scroll", () => {
   if (scrollTop < 200 && !ui.earlier.hidden) loadEarlier();
 });
 function followBottom() {
-  if (stuckToBottom) ui.messages.scrollTop = ui.messages.scrollHeight;
+  if (stuckToBottom) holdBottom();
   else updateToBottom();
+}
+// At the bottom the button has nothing to bring back: hidden, whatever showed it while the reader was up.
+function holdBottom() {
+  ui.messages.scrollTop = ui.messages.scrollHeight;
+  toBottom.hidden = true;
 }
 // What changes size (an answer growing as it streams, a finished answer's usage line and buttons,
 // Continue, a banner, the composer growing) keeps a reader who was at the bottom there, with the last
@@ -118,15 +123,14 @@ function followBottom() {
 // the frame's layout, so reading the scroll height here costs nothing, where reading it after each
 // paint forced a layout of its own (the longest part of a paint on a slow device).
 const keepAtBottom = new ResizeObserver(() => {
-  if (stuckToBottom) ui.messages.scrollTop = ui.messages.scrollHeight;
+  if (stuckToBottom) holdBottom();
   else updateToBottom();
 });
 keepAtBottom.observe(ui.thread);
 keepAtBottom.observe(ui.messages);
 toBottom.addEventListener("click", () => {
   stuckToBottom = true;
-  ui.messages.scrollTop = ui.messages.scrollHeight;
-  toBottom.hidden = true;
+  holdBottom();
 });
 
 function setTitle(title) {

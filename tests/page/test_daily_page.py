@@ -379,3 +379,28 @@ def test_the_settings_token_and_api_pages_fit_a_phone(new_page, alice, providers
     if path == "/docs/api/":
         expect(page.get_by_test_id("api-guide").locator("pre").first).to_be_visible()  # drawn by its script
     assert page.evaluate("() => document.documentElement.scrollWidth") <= PHONE["viewport"]["width"]
+
+
+def test_switching_to_a_short_version_leaves_no_scroll_button_behind(new_page, alice, providers):
+    """Read up to the ‹ › of a long version, switch to a short one: nothing is below, so no ↓ button."""
+    from chat.models import Message
+
+    chat = Conversation.objects.create(owner=alice, title="versions", model=CLAUDE)
+    asked = Message.objects.create(conversation=chat, role="user", content="the long version")
+    Message.objects.create(conversation=chat, role="assistant", parent=asked, content=filler(300), model="m")
+    edited = Message.objects.create(conversation=chat, role="user", content="the short version")
+    chat.current = Message.objects.create(
+        conversation=chat, role="assistant", parent=edited, content="Short.", model="m"
+    )
+    chat.save()
+    page = new_page(alice, **PHONE)
+    page.goto(f"/c/{chat.pk}/")
+    question = page.locator("article.message.user").first
+    question.get_by_role("button", name="Previous version").click()
+    expect(page.get_by_text("the long version")).to_be_visible()
+    to_bottom = page.locator("#to-bottom")
+    page.locator("#messages").evaluate("el => { el.scrollTop = 0; }")  # up to the question, as a reader scrolls
+    expect(to_bottom).to_be_visible()
+    question.get_by_role("button", name="Next version").click()
+    expect(page.get_by_text("the short version")).to_be_visible()
+    expect(to_bottom).to_be_hidden()
