@@ -30,6 +30,11 @@ tests/compat/test_compat_daphne.py fails when one of these changes.
   of a POSTed form (the email package on every POST, a second copy of every upload) was
   never read. Twisted's HTTPFactory.log, which formats an access line per request for a log
   daphne throws away, is replaced by one that does nothing; daphne's access log stays.
+* daphne's WebRequest.handle_exception answers an application's exception with a 500 page
+  (basic_error). Once the response has started, that page's `http.response.start` raises
+  ValueError inside daphne's Server.application_checker, which then is never scheduled again:
+  the connection hung, and no later connection was reaped or timed out. BodyLimitedRequest
+  closes a started response's connection instead, without its end, which a client reads as cut.
 * Twisted's Request.setResponseCode takes the status line's reason from twisted.web.http's
   RESPONSES table, else writes "Unknown Status": the table lacks 429 (and 421-426, 428,
   431, 451, 506, 508, 511), which daphne would send as `429 Unknown Status`.
@@ -58,6 +63,7 @@ import contextlib
 import fcntl
 import http
 import io
+import json
 import struct
 import termios
 
@@ -238,7 +244,7 @@ class BodyLimitedRequest(WebRequest):
         self._received = 0
         self._refused = False
         # The request line is parsed by now (the channel keeps it until the body is complete).
-        path = getattr(self.channel, "_path", b"").split(b"?", 1)[0]
+        path = self._path = getattr(self.channel, "_path", b"").split(b"?", 1)[0]
         self.max_body = self.large_bodies.get(path, type(self).max_body)
         if self.max_body is not None and length is not None and length > self.max_body:
             self.content = io.BytesIO()  # stays empty; Twisted still seeks it if the body completes
@@ -266,17 +272,29 @@ class BodyLimitedRequest(WebRequest):
             return None  # the rest of a refused body may complete the request: it is not served
         return super().process()
 
+    def handle_exception(self, exception):
+        if not self._response_started:
+            super().handle_exception(exception)  # the 500 page
+            return
+        # Too late for a page: what was sent stays, the rest never comes, and the client is told by the close.
+        self.channel.loseConnection()
+
     def refused(self) -> None:
         """Called once this request's body was refused (with a 413 already on its way)."""
 
     def _refuse(self) -> None:
         self._refused = True
         self.refused()
-        body = f"The request body is larger than {self.max_body} bytes.\n".encode()
+        detail = f"The request body is larger than {self.max_body} bytes."
+        if self._path.startswith(b"/v1/"):  # an OpenAI client reads the error's JSON, as from every /v1/ answer
+            error = {"message": detail, "type": "invalid_request_error", "param": None, "code": "request_too_large"}
+            body, kind = json.dumps({"error": error}).encode(), b"application/json"
+        else:
+            body, kind = f"{detail}\n".encode(), b"text/plain; charset=utf-8"
         transport = self.channel.transport
         transport.write(
-            b"HTTP/1.1 413 Content Too Large\r\nContent-Type: text/plain; charset=utf-8\r\n"
-            b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body)
+            b"HTTP/1.1 413 Content Too Large\r\nContent-Type: %s\r\nCache-Control: no-store\r\n"
+            b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (kind, len(body), body)
         )
         # The rest of the body is never read: the connection ends once the answer is out.
         self.channel.loseConnection()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import http
 import inspect
+import json
 import select
 import socket
 from types import SimpleNamespace
@@ -144,6 +145,18 @@ def http_channel():
     return channel, transport
 
 
+def test_a_v1_body_over_the_limit_is_refused_in_openais_error_shape():
+    RecordingRequest.refusals = []
+    channel, transport = http_channel()
+    channel.dataReceived(b"POST /v1/chat/completions HTTP/1.1\r\nHost: a\r\nContent-Length: 11\r\n\r\n")
+    head, body = transport.value().split(b"\r\n\r\n", 1)
+    assert head.startswith(b"HTTP/1.1 413 ") and b"Content-Type: application/json" in head
+    assert b"Cache-Control: no-store" in head
+    error = json.loads(body)["error"]
+    assert error == {"message": "The request body is larger than 10 bytes.", "type": "invalid_request_error",
+                     "param": None, "code": "request_too_large"}  # fmt: skip
+
+
 @pytest.mark.parametrize(("path", "length", "refused"), [(b"/small", 11, True), (b"/big", 11, False),
                                                          (b"/big?x=1", 101, True)])  # fmt: skip
 def test_a_body_over_its_paths_limit_is_refused_from_its_length_with_the_request_line_known(path, length, refused):
@@ -232,6 +245,39 @@ def test_a_text_frame_is_byte_for_byte_the_frame_autobahn_writes():
     assert text_frame(protocol, {"type": "websocket.send", "text": "x"}) is None  # after what is queued
     assert text_frame(open_protocol(autoFragmentSize=10), {"type": "websocket.send", "text": "x" * 11}) is None
     assert text_frame(open_protocol(maskServerFrames=True), {"type": "websocket.send", "text": "x"}) is None
+
+
+def request_on_a_channel():
+    """A daphne request on an HTTP channel over a StringTransport, as daphne's HTTPFactory makes them."""
+    from twisted.internet.testing import StringTransport
+
+    channel = twisted.web.http.HTTPChannel()
+    server = SimpleNamespace(protocol_connected=lambda request: None, protocol_disconnected=lambda request: None,
+                             server_name="", log_action=lambda *args: None)  # fmt: skip
+    channel.factory = SimpleNamespace(server=server, log=lambda request: None)
+    transport = StringTransport()
+    channel.makeConnection(transport)
+    request = BodyLimitedRequest(channel)
+    request.clientproto = b"HTTP/1.1"
+    channel.requests.append(request)  # as the channel does once a request's line arrives
+    return request, transport
+
+
+def test_an_exception_after_the_response_started_cuts_the_connection_instead_of_breaking_daphne():
+    assert_unchanged(WebRequest.handle_exception, "e6ae4e5c7fdbcb30", RELIED_ON_BY)
+    request, transport = request_on_a_channel()
+    request.handle_reply({"type": "http.response.start", "status": 200, "headers": []})
+    request.handle_reply({"type": "http.response.body", "body": b"id,day\n", "more_body": True})
+    # daphne's own answer is a 500 page, whose start raises here, inside its application checker (which
+    # then never runs again): the reason BodyLimitedRequest answers otherwise.
+    with pytest.raises(ValueError, match="already been started"):
+        WebRequest.handle_exception(request, RuntimeError("a row could not be read"))
+    request.handle_exception(RuntimeError("a row could not be read"))
+    assert transport.disconnecting  # closed, so the client reads the response as cut
+    assert transport.value().endswith(b"id,day\n\r\n")  # the part sent, and no chunked end ("0\r\n\r\n")
+    before, transport = request_on_a_channel()
+    before.handle_exception(RuntimeError("failed before any reply"))
+    assert transport.value().startswith(b"HTTP/1.1 500 Internal Server Error\r\n")  # daphne's page, as before
 
 
 class StubChannel:
