@@ -114,12 +114,23 @@ def parse_filters(query, viewer, today: date | None = None) -> Filters:
     return Filters(preset, first, last, user_id, group_id, model, source)
 
 
+# The days a custom range may name: the period's end (the day after its last, at midnight in TIME_ZONE, then in
+# UTC) must still be a date Python can hold; 9999-12-31 made it overflow.
+FIRST_DAY, LAST_DAY = date(1900, 1, 1), date(9998, 12, 31)
+
+
 def day_param(query, name: str, which: str) -> date:
     value = query.get(name) or ""
     try:
-        return date.fromisoformat(value)
+        day = date.fromisoformat(value)
     except ValueError:
         raise FilterError(_("Give the %(which)s day of the custom range as YYYY-MM-DD.") % {"which": which}) from None
+    if not FIRST_DAY <= day <= LAST_DAY:
+        raise FilterError(
+            _("The %(which)s day of the custom range must be between %(first)s and %(last)s.")
+            % {"which": which, "first": FIRST_DAY.isoformat(), "last": LAST_DAY.isoformat()}
+        )
+    return day
 
 
 def id_param(query, name: str) -> int | None:

@@ -114,10 +114,14 @@ def test_bad_filters_get_a_sentence(server, team, django_user_model):
         ("custom", "2026-03-31", "2026-03-01"): "The range starts after it ends",
         ("custom", "March", "2026-03-01"): "Give the first day of the custom range as YYYY-MM-DD.",
         ("weekly", "", ""): "There is no period called weekly",
+        # The day after the last one is past what a date can hold (it was a 500, and a CSV that never ended).
+        ("custom", "9999-12-31", "9999-12-31"): "must be between 1900-01-01 and 9998-12-31",
+        ("custom", "0001-01-01", "0001-01-02"): "must be between 1900-01-01 and 9998-12-31",
     }
     for (period, first, last), sentence in cases.items():
-        response = get(server, cookie, "/usage/", period=period, **{"from": first, "to": last})
-        assert response.status_code == 400 and sentence in response.text
+        for path in ("/usage/", "/usage/csv"):
+            response = get(server, cookie, path, period=period, **{"from": first, "to": last})
+            assert response.status_code == 400 and sentence in response.text, (path, first)
     assert get(server, cookie, "/usage/", source="fax").status_code == 400
     assert get(server, "", "/usage/").status_code == 302  # sign in first
 
