@@ -73,6 +73,18 @@ def test_i14_example_state_and_metering():
     assert usage["tokens_per_second"] == round(869 / 10, 2)
 
 
+def test_an_answer_that_came_whole_has_no_speed():
+    """A non-streamed answer (or one event of text) was not timed as it was made: no tokens per second."""
+    state = StreamState(started_at=0.0)
+    whole = {"id": "x", "choices": [{"message": {"content": "Hello there"}, "finish_reason": "stop"}],
+             "usage": {"prompt_tokens": 5, "completion_tokens": 155, "total_tokens": 160}}  # fmt: skip
+    state.feed_chunk(whole, 0.276)
+    state.ended_at = 0.27601
+    usage = state.metering(prompt_chars=10, now=0.3)
+    assert usage["tokens_per_second"] is None and usage["completion_tokens"] == 155
+    assert usage["ttft_ms"] == 276 == usage["duration_ms"]  # the whole answer is its first token
+
+
 def test_api14_example_cost_is_kept_exactly():
     state = feed_all(API14_STREAM)
     assert state.text == "Hello!" and state.upstream_id == "gen-1760000000-abc"

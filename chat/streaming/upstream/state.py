@@ -37,6 +37,8 @@ class StreamState:
     model: str = ""
     done: bool = False
     first_token_at: float | None = None
+    # The latest event with text or a tool call: a speed needs tokens that came over time, not in one body.
+    last_token_at: float | None = None
     # When thinking began and the answer began: how long the model thought, shown under its reasoning.
     first_reasoning_at: float | None = None
     first_content_at: float | None = None
@@ -103,6 +105,7 @@ class StreamState:
                     reasoning = _text(delta.get("reasoning_content")) or _text(delta.get("reasoning"))
                     if delta.get("tool_calls"):
                         self._merge_tool_calls(delta["tool_calls"])
+                        self.last_token_at = now
                         if self.first_token_at is None:
                             self.first_token_at = now
                 if choice.get("finish_reason"):
@@ -117,8 +120,10 @@ class StreamState:
             self.reasoning.append(reasoning)
             if self.first_reasoning_at is None:
                 self.first_reasoning_at = now
-        if (content or reasoning) and self.first_token_at is None:
-            self.first_token_at = now
+        if content or reasoning:
+            self.last_token_at = now
+            if self.first_token_at is None:
+                self.first_token_at = now
         return content, reasoning
 
     def thinking_ms(self, now: float) -> int | None:
@@ -216,7 +221,9 @@ class StreamState:
                 reasoning = min(reasoning, completion)
         total = _int(usage.get("total_tokens")) or prompt + completion
         ttft = None if self.first_token_at is None else self.first_token_at - self.started_at
-        generating = ended - (self.first_token_at or ended)
+        # Tokens that all came in one event (a whole, non-streamed answer) were not timed as they were made.
+        timed = self.first_token_at is not None and self.last_token_at is not None
+        generating = ended - self.first_token_at if timed and self.last_token_at > self.first_token_at else 0
         return {
             "prompt_tokens": prompt,
             "completion_tokens": completion,
