@@ -67,14 +67,15 @@ async def stops_from_database_forever(process: process_loops.Process) -> None:
 
 def end_local_user(user_id: int) -> None:
     """Stop this process's streams of one user: chat generations and `/v1` relays."""
-    stopped = stop_user(user_id) + relay.running.interrupt(DEACTIVATED, owner=user_id)
+    # A /v1 client is told its key no longer works, as a new request would be (not to retry, as after a restart).
+    stopped = stop_user(user_id) + relay.running.interrupt(DEACTIVATED, owner=user_id, code="invalid_api_key")
     if stopped:
         log.info("stopped %d stream(s) of deactivated user %s", stopped, user_id)
 
 
 def end_local_token(token_id: int) -> None:
     """Stop this process's `/v1` streams made with one API token (revoked)."""
-    stopped = relay.running.interrupt(REVOKED, token=token_id)
+    stopped = relay.running.interrupt(REVOKED, token=token_id, code="invalid_api_key")
     if stopped:
         log.info("stopped %d stream(s) of revoked API token %s", stopped, token_id)
 

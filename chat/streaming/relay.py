@@ -158,15 +158,16 @@ class Running:
         """The API tokens whose streams are running."""
         return set(self._tokens.values())
 
-    def interrupt(self, reason: str, owner: int | None = None, token: int | None = None) -> int:
-        """End the running streams (only `owner`'s, or only `token`'s, if given): an error event and [DONE] each;
-        how many."""
+    def interrupt(self, reason: str, owner: int | None = None, token: int | None = None,
+                  code: str = "server_shutdown") -> int:  # fmt: skip
+        """End the running streams (only `owner`'s, or only `token`'s, if given): an error event with `code` and
+        [DONE] each; how many."""
         if token is not None:
             ending = [relay for relay, which in list(self._tokens.items()) if which == token]
         else:
             ending = [relay for relay, who in list(self._owners.items()) if owner is None or who == owner]
         for relay in ending:
-            relay.interrupt(reason)
+            relay.interrupt(reason, code)
         return len(ending)
 
 
@@ -180,6 +181,7 @@ class Relay:
         self.heartbeat = heartbeat
         self.failure: UpstreamError | None = None
         self.interruption: str | None = None
+        self.interruption_code = "server_shutdown"
         self._queue: asyncio.Queue[Any] | None = None
         self._pump_task: asyncio.Task | None = None
         # When the client side began waiting on an empty queue (loop time), None while it is not.
@@ -203,11 +205,12 @@ class Relay:
         await asyncio.wait({pump}, timeout=seconds)
         pump.cancel()
 
-    def interrupt(self, message: str) -> None:
-        """End the stream now, unfinished: the upstream is closed, the client gets an error event and [DONE]."""
+    def interrupt(self, message: str, code: str = "server_shutdown") -> None:
+        """End the stream now, unfinished: the upstream is closed, the client gets an error event (`code`) and
+        [DONE]."""
         if self.interruption is not None or self.state.done:
             return
-        self.interruption = message
+        self.interruption, self.interruption_code = message, code
         if self._pump_task is not None:
             self._pump_task.cancel()
         if self._queue is not None:
@@ -358,7 +361,8 @@ ENDING_CODES = {"too_large": "reply_too_large", "protocol": "upstream_malformed"
 def from_ending(relay: Relay) -> bytes:
     """What closes a stream the upstream ended without [DONE]."""
     if relay.interruption is not None:
-        error = {"message": relay.interruption, "type": "server_error", "code": "server_shutdown"}
+        kind = "server_error" if relay.interruption_code == "server_shutdown" else "invalid_request_error"
+        error = {"message": relay.interruption, "type": kind, "code": relay.interruption_code}
         event = orjson.dumps({"error": error})
         return b"data: " + event + b"\n\n" + DONE_EVENT
     if relay.status in ("interrupted", "failed") and (relay.state.error is None or relay.failure is not None):

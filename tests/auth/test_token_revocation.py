@@ -48,6 +48,7 @@ async def test_revoking_a_token_on_its_page_stops_its_running_stream(server, ali
 
         received = await first_event_then_rest(server, secret, revoke)
     assert received.endswith(b"data: [DONE]\n\n") and REVOKED.encode() in received
+    assert b'"code":"invalid_api_key"' in received  # not server_shutdown, after which a client would retry
     assert await asyncio.to_thread(fake.app.last().disconnected.wait, 30)  # the upstream was closed
     usage = await Usage.objects.aget()
     assert usage.status == "interrupted" and usage.error == REVOKED
@@ -66,3 +67,4 @@ async def test_a_revocation_the_server_is_not_told_of_stops_the_stream_too(serve
 
     received = await first_event_then_rest(server, secret, revoke)
     assert received.endswith(b"data: [DONE]\n\n") and REVOKED.encode() in received
+    assert b'"code":"invalid_api_key"' in received  # not server_shutdown, after which a client would retry
