@@ -9,6 +9,7 @@ from chat.views import (
     conversations,
     diagrams,
     embeddings_api,
+    json_api,
     manifest,
     models_api,
     openai_api,
@@ -81,6 +82,8 @@ urlpatterns = [
     path("api/conversations/<int:conversation_id>/export", shares.export_conversation, name="export"),
     path("api/export", shares.export_all, name="export-all"),
     path("api/import", shares.import_conversations, name="import"),
-    # Last: any other path under /v1/ answers in OpenAI's error JSON, after every route of its own.
+    # Last: any other path under /v1/ answers in OpenAI's error JSON, after every route of its own; under /api/, in
+    # the page's.
     re_path(r"^v1(?:/(?P<rest>.*))?$", api_not_found.unknown_path, name="v1-unknown"),
+    re_path(r"^api/(?P<rest>.*)$", json_api.unknown_path, name="api-unknown"),
 ]

@@ -62,10 +62,11 @@ async def check(provider: Provider) -> tuple[bool, str]:
             ids = await upstream.list_models(http, provider.base_url, provider.api_key, timeouts())
     except upstream.UpstreamError as exc:
         await record_health(provider, str(exc))
-        return False, f"{provider.name}: cannot list its models: {exc}"
+        # Quoted: the admin capitalises a message's first letter, which is not the provider's name ("Alt").
+        return False, f"“{provider.name}” cannot list its models: {exc}"
     await record_health(provider)
     took = round((time.monotonic() - started) * 1000)
-    return True, f"{provider.name}: reachable, {len(ids)} models listed in {took} ms."
+    return True, f"“{provider.name}” is reachable: {len(ids)} models listed in {took} ms."
 
 
 async def record_health(provider: Provider, error: str = "") -> None:

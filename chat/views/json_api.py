@@ -31,6 +31,11 @@ def error(status: int, code: str, detail: str) -> JsonResponse:
     return JsonResponse({"error": {"code": code, "detail": detail}}, status=status)
 
 
+def unknown_path(request, rest: str = "") -> JsonResponse:
+    """Any other path under /api/: the page's fetch() reads a JSON error, not the HTML 404 page."""
+    return error(404, "not_found", _("There is no %(path)s in this server's API.") % {"path": request.path[:200]})
+
+
 def json_body(request) -> dict:
     try:
         body, too_deep = json.loads(request.body or b"{}"), False

@@ -195,3 +195,9 @@ def test_a_server_without_a_real_model_tells_staff_how_to_add_one_and_others_who
     # Someone who cannot reach the admin is not sent there, nor told about the server's environment.
     assert "UPSTREAM_BASE_URL" not in pages[alice] and 'href="/admin/"' not in pages[alice]
     assert "Ask an administrator to connect" in pages[alice]
+
+
+def test_an_unknown_api_path_is_a_json_404(alice_client):
+    response = alice_client.get("/api/nope")
+    assert response.status_code == 404 and response["Content-Type"] == "application/json"
+    assert response.json()["error"] == {"code": "not_found", "detail": "There is no /api/nope in this server's API."}

@@ -115,8 +115,10 @@ def test_test_connection_reports_and_records_each_providers_health(staff_client,
         follow=True,
     )
     said = [str(message) for message in response.context["messages"]]
-    assert any(text.startswith("i14: reachable,") and "models listed in" in text for text in said), said
-    assert any(text.startswith("gone: cannot list its models") for text in said), said
+    assert any(text.startswith("“i14” is reachable:") and "models listed in" in text for text in said), said
+    assert any(text.startswith("“gone” cannot list its models") for text in said), said
+    page = response.content.decode()
+    assert "“i14” is reachable" in page and "I14" not in page  # the admin's capfirst leaves a quoted name be
     reachable.refresh_from_db()
     dead.refresh_from_db()
     assert reachable.reached is not None and not reachable.last_error
