@@ -75,6 +75,7 @@ class Price(models.Model):
                 & (Q(reasoning__isnull=True) | Q(reasoning__gte=0))
                 & (Q(cached_prompt__isnull=True) | Q(cached_prompt__gte=0)),
                 name="price_not_negative",
+                violation_error_message="A price cannot be negative.",
             )
         ]
 
@@ -126,7 +127,11 @@ class Budget(models.Model):
                 ),
                 name="budget_for_one_user_group_or_token",
             ),
-            models.CheckConstraint(condition=Q(usd__isnull=True) | Q(usd__gte=0), name="budget_usd_not_negative"),
+            models.CheckConstraint(
+                condition=Q(usd__isnull=True) | Q(usd__gte=0),
+                name="budget_usd_not_negative",
+                violation_error_message="A budget cannot be negative.",
+            ),
         ]
 
     def __str__(self) -> str:

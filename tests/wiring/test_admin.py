@@ -340,3 +340,13 @@ def test_staff_see_share_links_and_revoke_one_by_deleting_it(staff_client, histo
     assert staff_client.get("/admin/chat/share/add/").status_code == 403
     response = staff_client.post(f"/admin/chat/share/{share.pk}/delete/", {"post": "yes"})
     assert response.status_code == 302 and not Share.objects.exists()
+
+
+def test_a_negative_budget_or_price_is_refused_in_words(staff_client, django_user_model):
+    person = django_user_model.objects.create_user("dora")
+    page = staff_client.post("/admin/chat/budget/add/", {"user": person.pk, "usd": "-5", "tokens": ""}).content.decode()
+    assert "A budget cannot be negative." in page and "budget_usd_not_negative" not in page
+    price = {"model": "m", "prompt": "-1", "completion": "1", "effective_from_0": "2026-01-01",
+             "effective_from_1": "0:00"}  # fmt: skip
+    page = staff_client.post("/admin/chat/price/add/", price).content.decode()
+    assert "A price cannot be negative." in page and "price_not_negative" not in page
