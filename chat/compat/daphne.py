@@ -244,7 +244,7 @@ class BodyLimitedRequest(WebRequest):
         self._received = 0
         self._refused = False
         # The request line is parsed by now (the channel keeps it until the body is complete).
-        path = self._path = getattr(self.channel, "_path", b"").split(b"?", 1)[0]
+        path = self._limited_path = getattr(self.channel, "_path", b"").split(b"?", 1)[0]
         self.max_body = self.large_bodies.get(path, type(self).max_body)
         if self.max_body is not None and length is not None and length > self.max_body:
             self.content = io.BytesIO()  # stays empty; Twisted still seeks it if the body completes
@@ -286,7 +286,7 @@ class BodyLimitedRequest(WebRequest):
         self._refused = True
         self.refused()
         detail = f"The request body is larger than {self.max_body} bytes."
-        if self._path.startswith(b"/v1/"):  # an OpenAI client reads the error's JSON, as from every /v1/ answer
+        if self._limited_path.startswith(b"/v1/"):  # an OpenAI client reads the error's JSON, as from every /v1/ answer
             error = {"message": detail, "type": "invalid_request_error", "param": None, "code": "request_too_large"}
             body, kind = json.dumps({"error": error}).encode(), b"application/json"
         else:
