@@ -70,6 +70,7 @@ urlpatterns = [
     path("docs/api/", conversations.api_guide, name="api-guide"),
     path("diagram-frame/", diagrams.diagram_frame, name="diagram-frame"),
     path("manifest.webmanifest", manifest.web_manifest, name="web-manifest"),
+    path("favicon.ico", manifest.favicon, name="favicon"),
     path("usage/", usage.usage, name="usage"),
     path("usage/csv", usage.usage_csv, name="usage-csv"),
     path("settings/tokens/<int:token_id>/revoke/", conversations.revoke_token, name="revoke-token"),

@@ -1,4 +1,5 @@
-"""/manifest.webmanifest: what a browser needs to install the chat as an app, opening on the chat.
+"""/manifest.webmanifest: what a browser needs to install the chat as an app, opening on the chat; and
+/favicon.ico, where browsers look for the icon of a document that names none.
 
 Public (browsers fetch a manifest without cookies) and holding nothing private. There is no service
 worker: answers and conversations live on the server, and no copy of them is kept offline.
@@ -6,7 +7,7 @@ worker: answers and conversations live on the server, and no copy of them is kep
 
 from __future__ import annotations
 
-from django.http import JsonResponse
+from django.http import HttpResponsePermanentRedirect, JsonResponse
 from django.templatetags.static import static
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET
@@ -41,3 +42,9 @@ def web_manifest(request):
     response = JsonResponse(manifest, content_type="application/manifest+json")
     response["Cache-Control"] = "public, max-age=3600"
     return response
+
+
+@require_GET
+def favicon(request):
+    """The site's icon for what names none (a JSON error opened in a tab, a bookmark): the pages' own."""
+    return HttpResponsePermanentRedirect(static("chat/favicon.svg"))

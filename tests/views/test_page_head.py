@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+import httpx
 from django.templatetags.static import static
 
 from chat.templatetags.modulepreload import imports_of, module_graph
@@ -48,3 +49,10 @@ def test_the_manifest_is_public(client):
     response = client.get("/manifest.webmanifest")
     assert response.status_code == 200 and response["Content-Type"] == "application/manifest+json"
     assert response.json()["start_url"] == "/"
+
+
+def test_favicon_ico_is_the_pages_icon_for_anyone(server):
+    """A browser showing a document that names no icon (a JSON error) asks for /favicon.ico: a 404 before."""
+    response = httpx.get(server.url + "/favicon.ico", follow_redirects=True)
+    assert response.status_code == 200 and response.headers["Content-Type"].startswith("image/svg+xml")
+    assert response.url.path == static("chat/favicon.svg") and response.history[0].status_code == 301
