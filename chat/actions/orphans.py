@@ -95,8 +95,7 @@ def _end(message: Message, status: str, error: str, now: datetime) -> None:
     message.status, message.error, message.updated = status, error, now
     # A call it was waiting on or running when its stream ended ended with it: not shown running for ever,
     # and its round goes in the audit, which the turn would have written when the round ended.
-    cut = tool_loop.cut_short(message.tool_rounds, CALL_ENDED)
-    message.tool_rounds = tool_loop.ended_rounds(message.tool_rounds, CALL_ENDED)
+    message.tool_rounds, cut = tool_loop.ended_rounds(message.tool_rounds, CALL_ENDED)
     message.save(update_fields=["status", "error", "updated", "tool_rounds"])
     if cut:
         tool_rounds.record(message.conversation.owner_id, message.conversation_id, message.pk, cut)

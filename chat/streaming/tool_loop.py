@@ -64,43 +64,37 @@ class Call:
         return f"[tool call {self.status}] {self.error}"
 
 
-def ended_rounds(rounds: Any, error: str) -> Any:
-    """Stored rounds (Message.tool_rounds) with each call still unfinished marked cancelled with `error`: for an
-    answer whose turn ended without them (its server stopped). Anything else comes back as it was."""
+def ended_rounds(rounds: Any, error: str) -> tuple[Any, list[Call]]:
+    """Stored rounds (Message.tool_rounds) with each call still unfinished marked cancelled with `error`, for an
+    answer whose turn ended without them (its server stopped); anything else comes back as it was. And the calls
+    of the rounds that had one unfinished, so ended: the round that server was in, which its turn never recorded
+    (that happens once all of a round's calls end)."""
     if not isinstance(rounds, list):
-        return rounds
-
-    def ended(call: Any) -> Any:
-        unfinished = isinstance(call, dict) and call.get("status") in UNFINISHED
-        return {**call, "status": CANCELLED, "error": error} if unfinished else call
-
-    return [{**e, "calls": [ended(c) for c in e.get("calls") or []]} if isinstance(e, dict) else e for e in rounds]
-
-
-def cut_short(rounds: Any, error: str) -> list[Call]:
-    """The calls of the stored rounds that had a call unfinished, ended as ended_rounds() ends them: the round
-    a stopped server was in, which its turn never recorded (that happens when all of a round's calls end)."""
-    if not isinstance(rounds, list):
-        return []
-    cut = []
+        return rounds, []
+    ended, cut = [], []
     for entry in rounds:
-        calls = [c for c in entry.get("calls") or [] if isinstance(c, dict)] if isinstance(entry, dict) else []
-        if any(call.get("status") in UNFINISHED for call in calls):
-            cut += [_stored(call, error) for call in calls]
-    return cut
+        if not isinstance(entry, dict):
+            ended.append(entry)
+            continue
+        calls = entry.get("calls") or []
+        unfinished = [isinstance(call, dict) and call.get("status") in UNFINISHED for call in calls]
+        ending = {"status": CANCELLED, "error": error}
+        calls = [{**call, **ending} if late else call for call, late in zip(calls, unfinished, strict=True)]
+        ended.append({**entry, "calls": calls})
+        if any(unfinished):
+            cut += [_stored(call) for call in calls if isinstance(call, dict)]
+    return ended, cut
 
 
-def _stored(call: dict[str, Any], error: str) -> Call:
-    """A stored call (Call.public()) as a Call, ended with `error` if it was unfinished."""
+def _stored(call: dict[str, Any]) -> Call:
+    """A stored call (Call.public()) as a Call, its arguments parsed where they are JSON."""
     fields = {name: call[name] for name in Call.__dataclass_fields__ if name in call and name != "parsed"}
-    ended = Call(**{"id": "", "name": "", "arguments": "", **fields})
-    if ended.status in UNFINISHED:
-        ended.status, ended.error = CANCELLED, error
+    stored = Call(**{"id": "", "name": "", "arguments": "", **fields})
     try:
-        ended.parsed = orjson.loads(ended.arguments)
+        stored.parsed = orjson.loads(stored.arguments)
     except (orjson.JSONDecodeError, TypeError):
         pass
-    return ended
+    return stored
 
 
 def calls_of(tool_calls: list[dict[str, Any]]) -> list[Call]:
