@@ -81,7 +81,7 @@ def tools_for(user, chosen: list[str] | None) -> tuple[ToolSpec, ...]:
     servers = list(McpServer.objects.usable_by(user).exclude(health=McpServer.Health.DOWN))
     if not servers:
         return ()
-    settings_of = {(row.server_id, row.name): row for row in McpTool.objects.filter(server__in=[s.pk for s in servers])}
+    settings_of = _tool_settings(servers)
     specs = []
     for server in servers:
         endpoint = endpoint_of(server)
@@ -105,26 +105,23 @@ def tools_for(user, chosen: list[str] | None) -> tuple[ToolSpec, ...]:
 def menu_for(user) -> list[dict[str, Any]]:
     """The composer's tools menu: each server this person may use, up or down, with its enabled tools."""
     servers = list(McpServer.objects.usable_by(user))
-    settings_of = {
-        (server_id, name): (enabled, asks_first)
-        for server_id, name, enabled, asks_first in McpTool.objects.filter(
-            server__in=[s.pk for s in servers]
-        ).values_list("server_id", "name", "enabled", "asks_first")
-    }
-    return [
-        {
-            "server": server.name,
-            "health": server.health,
-            "tools": [
-                {
-                    "name": tool_name(server.name, tool["name"]),
-                    "tool": tool["name"],
-                    "description": (tool.get("description") or "")[:300],
-                    "asks_first": settings_of.get((server.pk, tool.get("name")), (True, False))[1],
-                }
-                for tool in server.tools or []
-                if settings_of.get((server.pk, tool.get("name")), (True, False))[0]
-            ],
-        }
-        for server in servers
-    ]
+    settings_of = _tool_settings(servers)
+    menu = []
+    for server in servers:
+        tools = []
+        for tool in server.tools or []:
+            setting = settings_of.get((server.pk, tool.get("name")))
+            if setting is not None and not setting.enabled:
+                continue
+            tools.append({
+                "name": tool_name(server.name, tool["name"]), "tool": tool["name"],
+                "description": (tool.get("description") or "")[:300],
+                "asks_first": bool(setting and setting.asks_first),
+            })  # fmt: skip
+        menu.append({"server": server.name, "health": server.health, "tools": tools})
+    return menu
+
+
+def _tool_settings(servers: list[McpServer]) -> dict[tuple[int, str], McpTool]:
+    """Staff's settings of these servers' tools by (server id, tool name); a tool without one is on and runs at once."""
+    return {(row.server_id, row.name): row for row in McpTool.objects.filter(server__in=[s.pk for s in servers])}
