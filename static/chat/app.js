@@ -122,10 +122,7 @@ function holdBottom() {
 // answer's buttons in view. A message's paints leave following to this observer: it is called after
 // the frame's layout, so reading the scroll height here costs nothing, where reading it after each
 // paint forced a layout of its own (the longest part of a paint on a slow device).
-const keepAtBottom = new ResizeObserver(() => {
-  if (stuckToBottom) holdBottom();
-  else updateToBottom();
-});
+const keepAtBottom = new ResizeObserver(followBottom);
 keepAtBottom.observe(ui.thread);
 keepAtBottom.observe(ui.messages);
 toBottom.addEventListener("click", () => {
