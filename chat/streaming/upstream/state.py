@@ -222,8 +222,9 @@ class StreamState:
         total = _int(usage.get("total_tokens")) or prompt + completion
         ttft = None if self.first_token_at is None else self.first_token_at - self.started_at
         # Tokens that all came in one event (a whole, non-streamed answer) were not timed as they were made.
-        timed = self.first_token_at is not None and self.last_token_at is not None
-        generating = ended - self.first_token_at if timed and self.last_token_at > self.first_token_at else 0
+        # (last_token_at is set only with first_token_at.)
+        timed = self.last_token_at is not None and self.last_token_at > self.first_token_at
+        generating = ended - self.first_token_at if timed else 0
         return {
             "prompt_tokens": prompt,
             "completion_tokens": completion,
