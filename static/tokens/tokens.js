@@ -13,4 +13,6 @@ if (button) {
       status.textContent = t("Could not copy: select the token and copy it by hand.");
     }
   });
+  // The button is rendered disabled so that a click before this module runs is not lost in silence.
+  button.disabled = false;
 }

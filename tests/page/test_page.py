@@ -952,10 +952,23 @@ def test_tokens_page_from_the_chat_secret_once_with_a_copy_button_and_the_api_gu
     name = page.get_by_label("Name of a new token")
     assert name.bounding_box()["width"] > 200  # styled like the other fields, not a tiny default box
     name.fill("laptop")
+    held = []  # the page's module waits until the test lets it run, as on a slow connection
+
+    def hold(route):
+        held.append(route.request.url)
+        body = "await new Promise((run) => { window.runTokensModule = run; });\n" + route.fetch().text()
+        route.fulfill(body=body, content_type="text/javascript")
+
+    page.route(re.compile(r"/tokens/tokens[^/]*\.js$"), hold)
     page.get_by_role("button", name="Create token").click()
     secret = page.get_by_test_id("new-token").text_content()
     assert secret.startswith("sk-chat-")
-    page.get_by_role("button", name="Copy").click()
+    copy = page.get_by_role("button", name="Copy")
+    expect(copy).to_be_disabled()  # a click before the module runs would do nothing
+    assert held
+    page.wait_for_function("typeof window.runTokensModule === 'function'")
+    page.evaluate("window.runTokensModule()")
+    copy.click()
     expect(page.locator("#copy-status")).to_have_text("Copied to the clipboard.")
     assert page.evaluate("navigator.clipboard.readText()") == secret
     screenshot(page, "tokens")
