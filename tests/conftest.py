@@ -250,8 +250,12 @@ def browser(server):
 
 
 @pytest.fixture
-def new_page(browser, server):
-    """new_page(user=None, url=server.url, **context options): a fresh context; page errors fail the test."""
+def new_page(browser, server, transactional_db):
+    """new_page(user=None, url=server.url, **context options): a fresh context; page errors fail the test.
+
+    After transactional_db, so torn down before it: the pages close before the database is emptied. A page
+    still reading when it was emptied got 401s (its session gone) and failed the test that had passed.
+    """
     from tests import page_helpers
 
     contexts = []
