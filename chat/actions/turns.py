@@ -200,7 +200,7 @@ def begin_turn(user, entry: CatalogEntry, params: dict, *, conversation_id: int 
                 turn = _new_message(request, content, attachments or [])
     except budgets.BudgetExceeded as exc:
         budgets.refuse(user, source=Usage.Source.CHAT, provider_id=entry.provider.pk, model=entry.model,
-                       prompt_tokens=exc.prompt_tokens, detail=exc.detail)  # fmt: skip
+                       detail=exc.detail)  # fmt: skip
         raise ChatError(exc.code, exc.detail) from None
     # After the commit, which went with the usage row (metered_streams.open_row), not under the person's lock.
     # Checked here, on every kind of turn, for the conversation's owner: no frame names a tool.

@@ -192,7 +192,6 @@ class BudgetExceeded(Exception):
     """A stream refused because a monthly budget is used up; `detail` is the sentence for the person."""
 
     code = "budget_exceeded"
-    prompt_tokens = 0  # the refused request's estimate, for its usage row
 
     def __init__(self, detail: str) -> None:
         super().__init__(detail)
@@ -419,9 +418,11 @@ def format_day(moment: datetime) -> str:
     return dateformat.format(timezone.localtime(moment), "j F Y")
 
 
-def refuse(user, *, source: str, token=None, provider_id: int | None, model: str, prompt_tokens: int,
-           detail: str) -> None:  # fmt: skip
-    """Record a refused stream (nothing went upstream), outside the rolled-back transaction that refused it."""
+def refuse(user, *, source: str, token=None, provider_id: int | None, model: str, detail: str) -> None:
+    """Record a refused stream, outside the rolled-back transaction that refused it.
+
+    Its tokens stay 0: nothing went upstream, and the dashboard's tokens are those the models were sent.
+    """
     now = timezone.now()
     Usage.objects.create(
         user=user,
@@ -430,7 +431,6 @@ def refuse(user, *, source: str, token=None, provider_id: int | None, model: str
         source=source,
         model=model,
         status="refused",
-        prompt_tokens=prompt_tokens,
         started=now,
         ended=now,
         error=detail,

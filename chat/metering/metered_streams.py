@@ -66,8 +66,7 @@ def open_row(user, *, source: str, provider: Provider, model: str, prompt_tokens
     """A start's last step, after admit() in the same transaction: reserve the worst case, write the usage row.
 
     The row's insert goes with the transaction's COMMIT (commit_with: call it last in the outermost
-    atomic block), which ends the person's lock one round trip sooner. Raises BudgetExceeded (with
-    the request's `prompt_tokens`, for the refusal's row) over a budget.
+    atomic block), which ends the person's lock one round trip sooner. Raises BudgetExceeded over a budget.
     `max_tokens`: the most completion tokens the request can produce; `message`: a chat reply's row;
     `read`: what admit() returned, when it was given the provider, the model and `started` as its `now`.
     """
@@ -218,8 +217,7 @@ def _reserve(user, *, source: str, token, provider: Provider, model: str, prompt
     try:
         return budgets.reserve(user, token=token, provider_id=provider.pk, model=model, prompt_tokens=prompt_tokens,
                                max_tokens=max_tokens, now=now, read=read, ahead=ahead)  # fmt: skip
-    except budgets.BudgetExceeded as exc:
-        exc.prompt_tokens = prompt_tokens
+    except budgets.BudgetExceeded:
         stream_metrics.refused(source)
         raise
 

@@ -47,8 +47,7 @@ def open_round(user_id: int, provider_name: str, model: str, message_id: int, pr
                 max_tokens=max_tokens, message=Message(pk=message_id), worker_id=worker_id,
             )  # fmt: skip
     except budgets.BudgetExceeded as exc:
-        budgets.refuse(user, source=Usage.Source.CHAT, provider_id=provider.pk, model=model,
-                       prompt_tokens=exc.prompt_tokens, detail=exc.detail)  # fmt: skip
+        budgets.refuse(user, source=Usage.Source.CHAT, provider_id=provider.pk, model=model, detail=exc.detail)
         raise
     return row.pk, {"provider_id": row.provider_id, "model": row.model, "started": row.started}
 

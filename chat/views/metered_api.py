@@ -309,7 +309,6 @@ class MeteredRequest:
             token=self.token,
             provider_id=self.entry.provider.pk,
             model=self.entry.model,
-            prompt_tokens=exc.prompt_tokens,
             detail=exc.detail,
         )
 

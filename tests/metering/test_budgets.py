@@ -369,7 +369,11 @@ def test_v1_over_budget_is_a_429_insufficient_quota_and_nothing_goes_upstream(se
     assert len(fake.app.streams) == 0
     refused = Usage.objects.get(status="refused")
     assert refused.source == "api" and refused.token.name == "t" and refused.error == error["message"]
-    assert refused.prompt_tokens > 0 and refused.cost is None
+    assert refused.cost is None
+    # Nothing was sent: the dashboard's tokens in count none for it (its month's summary has the refusal alone).
+    assert (refused.prompt_tokens, refused.total_tokens) == (0, 0)
+    month = PersonMonth.objects.get(user=alice, source="api")
+    assert (month.requests, month.prompt_tokens) == (1, 0)
 
 
 def test_an_api_tokens_own_budget_limits_that_token_only(server, alice, providers, fake):

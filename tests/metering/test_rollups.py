@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib
 from dataclasses import asdict
 
 import httpx
@@ -129,6 +130,20 @@ def test_migrate_makes_triggers_a_table_copy_lost_again(alice):
     assert summary_triggers.mismatches() != []
     call_command("migrate", verbosity=0)
     assert summary_triggers.installed_zone() == "UTC" and summary_triggers.mismatches() == []
+
+
+def test_the_migration_takes_the_estimate_off_refused_rows_and_their_summaries(alice):
+    """Refused rows once kept the request's estimated prompt tokens, which the dashboard counted as tokens in."""
+    from django.apps import apps
+
+    zero = importlib.import_module("chat.migrations.0030_refused_rows_without_tokens").zero_refused_tokens
+    Usage.objects.create(user=alice, model="m", status="refused", prompt_tokens=900, total_tokens=900)
+    Usage.objects.create(user=alice, model="m", status="complete", prompt_tokens=10, total_tokens=15)
+    zero(apps, None)
+    assert sorted(Usage.objects.values_list("status", "prompt_tokens")) == [("complete", 10), ("refused", 0)]
+    assert summary_triggers.mismatches() == []
+    days = UsageDay.objects.filter(model="m")  # spread over shards
+    assert (sum(d.requests for d in days), sum(d.prompt_tokens for d in days)) == (2, 10)
 
 
 def check_every_kind_of_update() -> None:
