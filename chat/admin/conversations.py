@@ -5,7 +5,7 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
-from chat.admin.review import review_rows
+from chat.admin.review import review_rows, shown
 from chat.admin.tools import ToolCallInline
 from chat.models import Attachment, Conversation, ConversationRead, Message, Share
 from chat.models.attachments import human_size
@@ -98,7 +98,7 @@ class AttachmentAdmin(admin.ModelAdmin):
     def change_view(self, request, object_id, form_url="", extra_context=None):
         """Staff reading someone's attachment (its text is on this page) is recorded, as a conversation's read is."""
         response = super().change_view(request, object_id, form_url, extra_context)
-        if request.method == "GET" and response.status_code == 200:
+        if shown(request, response):
             attachment = Attachment.objects.select_related("message__conversation").filter(pk=object_id).first()
             if attachment is not None:
                 ConversationRead.record_attachment(attachment, request.user, where="admin attachment")
@@ -162,7 +162,7 @@ class ConversationAdmin(admin.ModelAdmin):
         if conversation is not None and self.has_view_or_change_permission(request, conversation):
             extra_context = {**(extra_context or {}), "review": self.review(conversation)}
         response = super().change_view(request, object_id, form_url, extra_context)
-        if request.method == "GET" and conversation is not None and response.status_code == 200:
+        if conversation is not None and shown(request, response):
             ConversationRead.record(conversation, request.user)
         return response
 

@@ -20,6 +20,14 @@ class ReviewRow:
     attachments: str = ""
 
 
+def shown(request, response) -> bool:
+    """Whether an admin page's response showed its content: any method but HEAD, a form refused and shown again too.
+
+    Django's admin renders a change page for OPTIONS as for GET, and a refused POST shows the page again.
+    """
+    return response.status_code == 200 and request.method != "HEAD"
+
+
 def review_rows(conversation: Conversation) -> list[ReviewRow]:
     """The tree depth first, oldest sibling first; a linear run stays at one depth, a fork indents its branches."""
     messages = conversation.messages.prefetch_related("usages", "attachments")

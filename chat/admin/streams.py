@@ -16,6 +16,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 
 from chat.actions import orphans
+from chat.admin.review import shown
 from chat.models import ConversationRead, Message, Usage
 
 log = logging.getLogger(__name__)
@@ -128,6 +129,6 @@ class MessageAdmin(admin.ModelAdmin):
         """Staff reading someone's message is recorded, as reading their conversation is."""
         message = self.get_object(request, object_id)
         response = super().change_view(request, object_id, form_url, extra_context)
-        if request.method == "GET" and message is not None and response.status_code == 200:
+        if message is not None and shown(request, response):
             ConversationRead.record(message.conversation, request.user, where="admin message")
         return response

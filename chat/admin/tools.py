@@ -13,7 +13,8 @@ from django.contrib import admin, messages
 from django.utils.html import format_html, format_html_join
 
 from chat.actions import tool_servers
-from chat.models import McpServer, McpTool, ToolCall
+from chat.admin.review import shown
+from chat.models import ConversationRead, McpServer, McpTool, ToolCall
 from chat.streaming import upstream
 
 
@@ -176,3 +177,12 @@ class ToolCallAdmin(admin.ModelAdmin):
 
     def has_change_permission(self, request, obj=None):
         return False
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        """Staff reading a call's arguments (someone's content) is recorded, as reading its conversation is."""
+        response = super().change_view(request, object_id, form_url, extra_context)
+        if shown(request, response):
+            call = ToolCall.objects.select_related("conversation").filter(pk=object_id).first()
+            if call is not None:
+                ConversationRead.record_tool_call(call, request.user)
+        return response

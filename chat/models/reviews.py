@@ -46,6 +46,17 @@ class ConversationRead(models.Model):
         )  # fmt: skip
 
     @classmethod
+    def record_tool_call(cls, call, reader) -> ConversationRead | None:
+        """A read of someone's tool call (its arguments), recorded against its conversation while it exists."""
+        if reader.pk == call.user_id:
+            return None
+        conversation = call.conversation
+        title = f"{call.server}.{call.tool} call" + (f" (in “{conversation.title}”)" if conversation else "")
+        return cls.objects.create(
+            conversation=conversation, title=title[:200], owner_id=call.user_id, reader=reader, where="admin tool call"
+        )
+
+    @classmethod
     def record(cls, conversation, reader, where: str = "admin") -> ConversationRead | None:
         """A read by anyone but the owner is recorded; the owner's own reads are not."""
         if reader.pk == conversation.owner_id:

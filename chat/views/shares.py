@@ -60,6 +60,8 @@ def continue_shared(request, token: str):
     share = Share.objects.visible_to(request.user).select_related("conversation", "owner").filter(token=token).first()
     if share is None:
         raise Http404(_("No such link."))
+    # A copy is a read, whether or not the shared page was opened first.
+    ConversationRead.record(share.conversation, request.user, where="share link, continued")
     try:
         conversation = continue_shared_copy(share, request.user)
     except ChatError as exc:  # over the reader's storage quota: said on the page, nothing copied

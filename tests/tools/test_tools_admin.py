@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from chat.models import Conversation, McpServer, McpTool, Message, ToolCall
+from chat.models import Conversation, ConversationRead, McpServer, McpTool, Message, ToolCall
 from tests.fakeserver import FakeServer
 from tests.mcp_servers.server import guarded
 from tests.mcp_servers.server import server as mcp_server
@@ -76,13 +76,21 @@ def test_staff_see_the_calls_in_the_conversation_review(staff_client, django_use
     rounds = [{"at": 0, "calls": [call]}]
     message = Message.objects.create(conversation=conversation, role="assistant", content="x", tool_rounds=rounds)
     ToolCall.objects.create(user=alice, conversation=conversation, message=message, server="tests", tool="echo",
-                            arguments={"text": "hi"}, status="ok", result_bytes=8, duration_ms=12)  # fmt: skip
+                            arguments={"text": "sea-shanty"}, status="ok", result_bytes=8, duration_ms=12)  # fmt: skip
     page = staff_client.get(f"/admin/chat/conversation/{conversation.pk}/change/").content.decode()
     assert "tests.echo (ok)" in page and "column-result_bytes" in page
     assert "Tool call · echo · tests · ok" in page  # in the review, drawn as the chat shows the answer
     assert "<script>bad()" not in page and "&lt;script&gt;bad()" in page
     listing = staff_client.get("/admin/chat/toolcall/").content.decode()
     assert "echo" in listing and "tests" in listing
+    assert "sea-shanty" not in listing  # the list shows no arguments
+    reads = ConversationRead.objects.filter(where="admin tool call")
+    assert not reads.exists()
+    tool_call = ToolCall.objects.get()
+    page = staff_client.get(f"/admin/chat/toolcall/{tool_call.pk}/change/").content.decode()
+    assert "sea-shanty" in page  # its arguments: someone's content, so the read is recorded
+    read = reads.get()
+    assert (read.conversation, read.owner, read.title) == (conversation, alice, "tests.echo call (in “tools”)")
 
 
 def test_a_tool_servers_url_and_session_stay_out_of_the_log(caplog, mcp_http):

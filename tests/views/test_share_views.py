@@ -68,6 +68,15 @@ def test_a_link_opens_for_a_teammate_and_not_for_an_anonymous_visitor(alice, bob
     assert client_for(bob).get(f"/api/conversations/{tree.pk}/shares").status_code == 404  # bob may not list them
 
 
+def test_continuing_from_a_link_without_opening_it_is_recorded(alice, bob, tree):
+    url = share(client_for(alice), tree).json()["url"]
+    copied = client_for(bob).post(url + "continue")  # no GET of the shared page first
+    assert copied.status_code == 302
+    assert Conversation.objects.filter(owner=bob).count() == 1
+    read = ConversationRead.objects.get()
+    assert (read.conversation, read.reader, read.where) == (tree, bob, "share link, continued")
+
+
 def test_a_shared_page_speaks_the_readers_language(alice, bob, tree):
     url = share(client_for(alice), tree).json()["url"]
     page = client_for(bob).get(url, headers={"Accept-Language": "fr"}).content.decode()

@@ -273,6 +273,19 @@ def test_staff_reading_a_conversation_is_recorded_and_listed(staff_client, histo
     assert ConversationRead.objects.get().title == "Ocean poems"
 
 
+def test_every_response_that_shows_a_conversation_is_recorded_whatever_its_method(staff_client, history):
+    """Django's admin renders a change page for OPTIONS as for GET, and shows it again when a POST is refused."""
+    reply = history.messages.get(role="assistant")
+    for url in (f"/admin/chat/conversation/{history.pk}/change/", f"/admin/chat/message/{reply.pk}/change/"):
+        response = staff_client.options(url)
+        assert response.status_code == 200 and "Waves" in response.content.decode()
+    refused = staff_client.post(f"/admin/chat/conversation/{history.pk}/change/", {"title": "x" * 5000})
+    assert refused.status_code == 200 and "Waves" in refused.content.decode()
+    assert staff_client.head(f"/admin/chat/conversation/{history.pk}/change/").content == b""  # shows nothing
+    where = list(ConversationRead.objects.order_by("pk").values_list("where", flat=True))
+    assert where == ["admin", "admin message", "admin"]
+
+
 def test_an_owner_reading_their_own_conversation_is_not_recorded(client, history):
     history.owner.is_staff = history.owner.is_superuser = True
     history.owner.save()
