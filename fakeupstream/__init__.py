@@ -28,7 +28,7 @@ OpenAI's form (``fakeupstream.embeddings``; no seed document gives a dialect's o
 The scenario is chosen by ``[[name]]`` / ``[[name:value]]`` directives in the
 last user message: echo, chunks:N, size:N, reasoning:N, delay:MS, wait:MS,
 fault:cut|eof|midstream|malformed|stall, malformed:N, status:CODE, html, echoauth, tools,
-length, comment, cookie, stamp, shape:paragraph|code (see ``fakeupstream.directives``).
+length, comment, cookie, stamp, shape:paragraph|code, nul (see ``fakeupstream.directives``).
 
 Every chat/completions request is recorded as a ``StreamRecord`` whose
 ``threading.Event`` attributes let tests running in another thread wait for the

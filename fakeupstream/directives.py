@@ -22,7 +22,8 @@ record's ``released`` event (or the client leaves): a stream a test catches mid-
 ``[[call:NAME {json}]]`` (one or more, with ``[[rounds:N]]``, default 1) tool calls of NAME (``server.tool``
 is sent as ``server__tool``) with those arguments, for N rounds, then a text answer quoting the last results;
 ``[[shape:paragraph|code]]`` with ``chunks:N``: the N chunks make one paragraph with inline
-markup, or one python code block (fences included).
+markup, or one python code block (fences included). ``[[nul]]`` an answer with a NUL character
+(U+0000, ``\\u0000`` in the JSON) between two pieces of text.
 """
 
 from __future__ import annotations

@@ -109,6 +109,8 @@ def _content(dialect: str, model: str, directives: dict[str, str], clean: str, r
         return filler_pieces(n_chunks)
     if "echo" in directives:
         return [clean[i : i + 4] for i in range(0, len(clean), 4)]
+    if "nul" in directives:  # a model that emits U+0000, escaped in the JSON as any encoder writes it
+        return ["before", "\x00", " after"]
     answer = default_answer(dialect, model, clean)
     if dialect == "i14":
         answer = "\n\n" + answer  # i14 answers start with a blank line (doc samples)

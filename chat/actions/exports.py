@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from datetime import datetime
 from html import escape
@@ -13,7 +12,7 @@ from django.utils.dateparse import parse_datetime
 from django.utils.translation import gettext as _
 
 from chat.lib.conversation_json import message_json
-from chat.lib.json_depth import MAX_STORED_DEPTH, deeper_than
+from chat.lib.json_depth import MAX_STORED_DEPTH, TooDeep, loads_stored
 from chat.lib.model_params import MAX_SYSTEM_PROMPT
 from chat.lib.request_fields import parse_params
 from chat.models import ChatError, Conversation, Message
@@ -201,16 +200,14 @@ def parse(raw: bytes) -> list[dict]:
     if len(raw) > settings.CHAT_IMPORT_MAX_BYTES:
         raise ChatError("too_large", too_large_text())
     try:
-        data, too_deep = json.loads(raw), False
-    except (ValueError, UnicodeDecodeError):
-        raise bad(_("The file is not JSON: choose a .json file exported from this chat.")) from None
-    except RecursionError:  # nested past the parser's depth: [[[[… as deep as the file allows
-        data, too_deep = None, True
-    if too_deep or deeper_than(data, MAX_STORED_DEPTH):
+        data = loads_stored(raw)
+    except TooDeep:  # [[[[… as deep as the file allows
         raise bad(
             _("The file nests lists or objects more than %(depth)s levels deep: it is not an export of this chat.")
             % {"depth": MAX_STORED_DEPTH}
-        )
+        ) from None
+    except ValueError:  # not JSON, or text that cannot be stored: a lone surrogate, NaN
+        raise bad(_("The file is not JSON: choose a .json file exported from this chat.")) from None
     if not isinstance(data, dict):
         raise bad(_("The file is not an export of this chat."))
     if "conversations" in data:

@@ -123,7 +123,7 @@ def result_text(content: list[Any], structured: Any) -> str:
             parts.append(f"[{kind or 'unknown'} content left out]")
     if not parts and structured is not None:
         parts.append(str(structured))
-    return "\n".join(parts)
+    return "\n".join(parts).replace("\x00", "\ufffd")  # stored with the answer: PostgreSQL's text holds no NUL
 
 
 async def call_tool(endpoint: Endpoint, tool: str, arguments: dict[str, Any], seconds: float,

@@ -20,6 +20,7 @@ import jsonschema
 import orjson
 from django.conf import settings
 
+from chat.lib.json_depth import without_nul
 from chat.streaming import mcp_client
 from chat.streaming.tool_catalog import ToolSpec
 
@@ -115,7 +116,7 @@ def check(call: Call, specs: dict[str, ToolSpec]) -> ToolSpec | None:
         return None
     call.server, call.tool = spec.server, spec.tool
     try:
-        arguments = orjson.loads(call.arguments or "{}")
+        arguments = orjson.loads(without_nul(call.arguments or "{}"))  # stored in the audit: no NUL
     except orjson.JSONDecodeError:
         call.status, call.error = INVALID, "the arguments are not valid JSON"
         return None

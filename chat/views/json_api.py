@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import functools
-import json
 
 from django.http import JsonResponse
 from django.utils.translation import gettext as _
 
-from chat.lib.json_depth import MAX_STORED_DEPTH, deeper_than
+from chat.lib.json_depth import MAX_STORED_DEPTH, TooDeep, loads_stored
 from chat.models import ChatError
 
 
@@ -38,13 +37,12 @@ def unknown_path(request, rest: str = "") -> JsonResponse:
 
 def json_body(request) -> dict:
     try:
-        body, too_deep = json.loads(request.body or b"{}"), False
-    except ValueError:
+        body = loads_stored(request.body or b"{}")
+    except TooDeep:
+        detail = _("The body nests more than %(depth)s levels deep.") % {"depth": MAX_STORED_DEPTH}
+        raise ChatError("bad_json", detail) from None
+    except ValueError:  # not JSON, or text that cannot be stored: a lone surrogate, NaN
         raise ChatError("bad_json", _("The body is not valid JSON.")) from None
-    except RecursionError:  # nested past the parser's depth
-        body, too_deep = None, True
-    if too_deep or deeper_than(body, MAX_STORED_DEPTH):
-        raise ChatError("bad_json", _("The body nests more than %(depth)s levels deep.") % {"depth": MAX_STORED_DEPTH})
     if not isinstance(body, dict):
         raise ChatError("bad_json", _("The body must be a JSON object."))
     return body

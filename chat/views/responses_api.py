@@ -23,6 +23,7 @@ from django.conf import settings
 from django.http import HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
+from chat.lib.json_depth import without_nul
 from chat.lib.model_params import ParamError, check_request
 from chat.lib.openai_errors import error_body
 from chat.lib.responses_events import ResponsesTranslator, encode, usage_of
@@ -106,7 +107,8 @@ class MeteredResponse(MeteredRequest):
         super()._save(status, error, usage)
         if self.request.store and self.translator is not None:
             ended = self.translator.status or "failed"
-            output = orjson.loads(upstream.redact_secrets(orjson.dumps(self.translator.output), self.state.secrets))
+            output = upstream.redact_secrets(orjson.dumps(self.translator.output), self.state.secrets)
+            output = orjson.loads(without_nul(output))
             StoredResponse.objects.create(
                 id=self.translator.response_id,
                 owner=self.token.user,
@@ -165,7 +167,8 @@ class ResponsesRelay(Relay):
 def parse_responses_body(raw: bytes) -> ResponsesRequest:
     """A Responses request body, checked; raises RequestError."""
     try:
-        return parse_responses_request(orjson.loads(raw), max_tokens=settings.MAX_TOKENS_LIMIT)
+        # Its input is stored (StoredResponse), and stored text never holds NUL.
+        return parse_responses_request(orjson.loads(without_nul(raw)), max_tokens=settings.MAX_TOKENS_LIMIT)
     except orjson.JSONDecodeError:
         raise RequestError(400, "The request body is not valid JSON.") from None
     except ParamError as exc:

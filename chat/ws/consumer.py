@@ -18,6 +18,7 @@ from chat.actions.turns import open_turn
 from chat.auth import session_sockets
 from chat.compat.channels import LeanJsonWebsocketConsumer
 from chat.lib.channel_groups import user_group
+from chat.lib.json_depth import without_nul
 from chat.lib.request_fields import (
     parse_attachments,
     parse_content,
@@ -122,7 +123,7 @@ class ChatConsumer(LeanJsonWebsocketConsumer):
             if text_data is None:
                 raise ChatError("bad_frame", _("Frames must be JSON text, not binary."))
             try:
-                content = orjson.loads(text_data)
+                content = orjson.loads(without_nul(text_data))  # stored text never holds NUL
             except orjson.JSONDecodeError:
                 raise ChatError("bad_json", _("The frame is not valid JSON.")) from None
             await self.receive_json(content)

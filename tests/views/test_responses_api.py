@@ -1,6 +1,7 @@
 """POST /v1/responses with the real OpenAI SDK for Python against the real server, on each dialect of the fake."""
 
 import asyncio
+import json
 import time
 from decimal import Decimal
 
@@ -77,6 +78,18 @@ def test_create_two_turns_with_reasoning_and_previous_response_id(sdk, fake, dia
     rows = Usage.objects.order_by("pk")
     assert [row.status for row in rows] == ["complete", "complete"]  # one usage row per upstream request
     assert StoredResponse.objects.get(pk=second.id).owner.username == "alice"
+
+
+def test_a_nul_in_the_input_or_the_output_is_stored_as_u_fffd(sdk, fake):
+    """A stored response's text cannot hold U+0000 (PostgreSQL's jsonb refuses it): it is kept as U+FFFD."""
+    first = sdk.responses.create(model=REASONING["i14"], input="[[nul]] a\x00b")
+    assert first.status == "completed"
+    stored = StoredResponse.objects.get(pk=first.id)
+    stored_input, stored_output = (json.dumps(v, ensure_ascii=False) for v in (stored.input, stored.output))
+    assert "\x00" not in stored_input and "a\ufffdb" in stored_input
+    assert "\x00" not in stored_output and "before\ufffd after" in stored_output
+    second = sdk.responses.create(model=REASONING["i14"], input="[[echo]] more", previous_response_id=first.id)
+    assert second.output_text == "more"
 
 
 @pytest.mark.parametrize("dialect", DIALECTS)

@@ -136,6 +136,21 @@ async def test_length_finish_is_kept_as_given(connect, alice, providers):
     assert reply.finish_reason == "length" and reply.reasoning
 
 
+async def test_nul_in_a_message_or_an_answer_is_stored_as_u_fffd(connect, alice, providers):
+    """PostgreSQL's text cannot hold U+0000: a NUL the person types or the model emits is kept as U+FFFD."""
+    _, _, ws = await connect(alice)
+    await ws.send(type="send", conversation=None, content="[[echo]] a\x00b", model=I14)
+    frames = await ws.until("done")
+    assert frames[-1]["status"] == "complete"
+    reply = await Message.objects.select_related("parent").aget(pk=frames[-1]["message"])
+    assert reply.parent.content == "[[echo]] a\ufffdb" and reply.content.endswith("a\ufffdb")
+    await ws.send(type="send", conversation=frames[-1]["conversation"], content="[[nul]]", model=I14)
+    frames = await ws.until("done")
+    assert frames[-1]["status"] == "complete"
+    assert "".join(f.get("content", "") for f in frames if f["type"] == "delta").endswith("before\ufffd after")
+    assert (await Message.objects.aget(pk=frames[-1]["message"])).content.endswith("before\ufffd after")
+
+
 # --- ending paths ---------------------------------------------------------------
 
 

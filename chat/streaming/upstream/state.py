@@ -9,6 +9,7 @@ from typing import Any
 
 import orjson
 
+from chat.lib.json_depth import without_nul
 from chat.lib.token_estimate import estimate_tokens
 from chat.streaming.upstream.errors import UpstreamError, describe_error, html_summary, is_html, scrub, shorten
 
@@ -70,7 +71,7 @@ class StreamState:
         as this runs for every event) is skipped and counted, and only the max_malformed-th one fails the stream.
         """
         try:
-            chunk = orjson.loads(data)
+            chunk = orjson.loads(without_nul(data))  # the answer is stored, and stored text never holds NUL
         except orjson.JSONDecodeError:
             chunk = None
         if isinstance(chunk, dict):
