@@ -186,13 +186,18 @@ def _usage(value, where: str) -> dict | None:
     return kept
 
 
-def _when(value) -> datetime | None:
-    """A time from the file; one missing or unreadable is left to be now (it is not worth refusing a file)."""
+def _when(value, where: str) -> datetime | None:
+    """A time from the file (None when missing: it will be now). One that cannot be read is refused: taken
+    as now, it put a conversation's first question after its answers."""
+    if value is None:
+        return None
     try:
         parsed = parse_datetime(value) if isinstance(value, str) else None
     except ValueError:  # well formed but no such date
-        return None
-    return parsed if parsed is None or timezone.is_aware(parsed) else timezone.make_aware(parsed)
+        parsed = None
+    if parsed is None:
+        raise bad(_("%(where)s is not a date and time such as 2026-12-06T10:00:00Z.") % {"where": where})
+    return parsed if timezone.is_aware(parsed) else timezone.make_aware(parsed)
 
 
 def parse(raw: bytes) -> list[dict]:
@@ -254,8 +259,8 @@ def _conversation(data, number: int) -> dict:
         "model": _text(data.get("model"), f"{where}: model", MAX_FIELD * 3),
         "system_prompt": _text(data.get("system_prompt"), f"{where}: system_prompt", MAX_SYSTEM_PROMPT),
         "params": params,
-        "created": _when(data.get("created")),
-        "updated": _when(data.get("updated")),
+        "created": _when(data.get("created"), f"{where}: created"),
+        "updated": _when(data.get("updated"), f"{where}: updated"),
         "current": current,
         "messages": messages,
     }
@@ -301,7 +306,7 @@ def _message(data, where: str, seen: set) -> dict:
         "finish_reason": _text(data.get("finish_reason"), f"{where}: finish_reason", MAX_FIELD)[:30],
         "error": _text(data.get("error"), f"{where}: error", limit),
         "model": _text(data.get("model"), f"{where}: model", MAX_FIELD * 3),
-        "created": _when(data.get("created")),
+        "created": _when(data.get("created"), f"{where}: created"),
         "usage": _usage(data.get("usage"), where),
     }
 

@@ -204,6 +204,11 @@ def messages(*rows, **more) -> bytes:
         (messages(params={"temperature": 9}), "temperature"),
         (messages({"id": 1, "role": "user"}, current=7), "`current`"),
         (messages({"id": 1, "role": "assistant", "usage": {"cost": "free"}}), "usage.cost"),
+        # Taken as now, an unreadable date put the first question after its answers.
+        (messages({"id": 1, "role": "user", "created": "not a date"}), "message 1: created is not a date"),
+        (messages({"id": 1, "role": "user", "created": "2026-02-30T10:00:00Z"}), "created is not a date"),
+        (messages({"id": 1, "role": "user", "created": 1e30}), "created is not a date"),
+        (messages(updated="9999-99-99T99:99:99Z"), "Conversation 1: updated is not a date"),
     ],
 )
 def test_import_refuses_a_bad_file_with_a_clear_error(bob, body, says):
@@ -224,7 +229,7 @@ def test_import_refuses_an_oversized_file(bob, tree, settings):
 
 def test_a_deep_conversation_is_imported_in_a_few_queries(bob, django_assert_max_num_queries):
     chain = [{"id": n, "parent": n - 1 if n else None, "role": "user" if n % 2 == 0 else "assistant",
-              "content": f"message {n}", "created": "2026-02-30T10:00:00Z"} for n in range(400)]  # fmt: skip
+              "content": f"message {n}", "created": "2026-02-28T10:00:00Z"} for n in range(400)]  # fmt: skip
     chain[-1]["status"] = "streaming"  # exported while it streamed: here it is over
     with django_assert_max_num_queries(20):
         (copy,) = imports.import_now(bob, messages(*chain, current=399, title="Long"))
