@@ -3,6 +3,7 @@
 import { ApiError, api, setCsrfToken } from "./api.js";
 import { dateTime } from "./formats.js";
 import { t } from "./i18n.js";
+import { shareKinds } from "./share.js";
 
 const form = document.getElementById("import-form");
 const file = document.getElementById("import-file");
@@ -73,10 +74,7 @@ function row(share) {
   item.dataset.shareId = share.id;
   const link = element("a", "share-title", share.title || t("Untitled"));
   link.href = share.url;
-  const kind = [share.live ? t("live") : t("snapshot")];
-  if (share.public) kind.push(t("public"));
-  if (share.show_usage) kind.push(t("with usage"));
-  kind.push(dateTime(share.created));
+  const kind = [...shareKinds(share), dateTime(share.created)];
   const revoke = element("button", "button danger", t("Revoke"));
   revoke.type = "button";
   revoke.setAttribute("aria-label", t("Revoke the link to “%(title)s”", { title: share.title }));

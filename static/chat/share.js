@@ -18,6 +18,15 @@ function element(tag, className, text) {
   return node;
 }
 
+/** What a link shows, in words ("live · public · with usage · with your name"): the dialog's and the settings' lists. */
+export function shareKinds(share) {
+  const kind = [share.live ? t("live") : t("snapshot")];
+  if (share.public) kind.push(t("public"));
+  if (share.show_usage) kind.push(t("with usage"));
+  if (share.show_name) kind.push(t("with your name"));
+  return kind;
+}
+
 function checkbox(name, label) {
   const wrap = element("label", "share-option");
   const input = element("input");
@@ -135,10 +144,7 @@ export class ShareDialog {
     field.readOnly = true;
     field.value = url;
     field.setAttribute("aria-label", t("Link"));
-    const kind = [share.live ? t("live") : t("snapshot")];
-    if (share.public) kind.push(t("public"));
-    if (share.show_usage) kind.push(t("with usage"));
-    if (share.show_name) kind.push(t("with your name"));
+    const kind = shareKinds(share);
     const copy = element("button", "button", t("Copy"));
     copy.type = "button";
     copy.dataset.action = "copy";

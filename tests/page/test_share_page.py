@@ -177,10 +177,13 @@ def test_the_settings_page_brings_back_an_export_refuses_a_bad_file_and_lists_li
     expect(data.get_by_role("link", name="Open it")).to_have_attribute("href", f"/c/{copy.pk}/")
     assert [m.content for m in copy.path()] == [m.content for m in shared.conversation.path()]
 
+    Share.objects.filter(pk=shared.pk).update(show_name=True, show_usage=True)
     owner = new_page(alice)
     owner.goto("/settings/")
     links = owner.locator("#share-list .share-row")
     expect(links).to_have_count(1)
+    # What the link shows, as the share dialog says it
+    expect(links.locator(".share-kind")).to_have_text(re.compile(r"^snapshot · with usage · with your name · \d"))
     owner.get_by_test_id("settings-data").scroll_into_view_if_needed()
     screenshot(owner, "settings-data")
     expect(links.get_by_role("link")).to_have_attribute("href", f"/s/{shared.token}/")
