@@ -108,6 +108,15 @@ def test_someone_not_staff_sees_only_their_own_figures(server, team, django_user
     assert figures(get(server, cookie, "/usage/", user=team["alice"], **MARCH))["totals"]["requests"] == 3
 
 
+def test_the_period_is_written_out_in_the_pages_language(server, team, django_user_model):
+    cookie = session_cookie(django_user_model.objects.get(username="alice"))
+    english = get(server, cookie, "/usage/", **MARCH).text
+    assert '<p class="usage-period">1 March 2026 – 31 March 2026</p>' in english
+    french = httpx.get(server.url + "/usage/", params=MARCH, cookies={"sessionid": cookie, "django_language": "fr"},
+                       timeout=60).text  # fmt: skip
+    assert '<p class="usage-period">1 mars 2026 – 31 mars 2026</p>' in french  # not "1 Mar", nor "1 Déc"
+
+
 def test_bad_filters_get_a_sentence(server, team, django_user_model):
     cookie = session_cookie(django_user_model.objects.get(username="carol"))
     cases = {
