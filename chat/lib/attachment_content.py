@@ -201,7 +201,9 @@ def reencode_image(data: bytes, kind: str, max_side: int = MAX_SIDE) -> Inspecte
         raise
     except Image.DecompressionBombError:
         raise Unreadable(gettext_noop("The image is too large to decode.")) from None
-    except (UnidentifiedImageError, OSError, ValueError, SyntaxError, EOFError) as exc:
+    except UnidentifiedImageError:  # its message names the in-memory file object ("<_io.BytesIO object at 0x…>")
+        raise Unreadable(gettext_noop("The image could not be read: it is not a %(kind)s image."), kind=kind) from None
+    except (OSError, ValueError, SyntaxError, EOFError) as exc:
         message = gettext_noop("The image could not be read (it looks damaged or truncated: %(error)s).")
         raise Unreadable(message, error=str(exc)) from None
     content_type = IMAGE_TYPES[out_format]

@@ -126,6 +126,12 @@ def test_truncated_and_crafted_files_are_a_clear_error(data, message):
         attachment_content.inspect_limited(data, timeout=20)
 
 
+def test_an_image_that_only_starts_like_one_says_so_without_python_internals():
+    with pytest.raises(attachment_content.Unreadable) as refused:
+        attachment_content.inspect_limited(b"\x89PNG\r\n\x1a\n" + b"\x00" * 100, timeout=20)
+    assert str(refused.value) == "The image could not be read: it is not a PNG image."  # not "<_io.BytesIO … 0x…>"
+
+
 def test_an_image_that_would_decode_to_gigabytes_is_refused_without_decoding():
     bomb = io.BytesIO()
     Image.new("1", (30_000, 30_000)).save(bomb, format="PNG")  # ~100 kB of PNG, 900 megapixels decoded
