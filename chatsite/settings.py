@@ -68,6 +68,8 @@ def _secret_key() -> str:
 SECRET_KEY = _secret_key()
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost")
 CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS")
+# Under /api/ a JSON error the page can show; elsewhere Django's page.
+CSRF_FAILURE_VIEW = "chat.views.json_api.csrf_failure"
 
 INSTALLED_APPS = [
     "daphne",

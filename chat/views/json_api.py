@@ -6,6 +6,7 @@ import functools
 
 from django.http import JsonResponse
 from django.utils.translation import gettext as _
+from django.views import csrf
 
 from chat.lib.json_depth import MAX_STORED_DEPTH, TooDeep, loads_stored
 from chat.models import ChatError
@@ -28,6 +29,18 @@ def api(view):
 
 def error(status: int, code: str, detail: str) -> JsonResponse:
     return JsonResponse({"error": {"code": code, "detail": detail}}, status=status)
+
+
+def csrf_failure(request, reason: str = ""):
+    """CSRF_FAILURE_VIEW: under /api/ a JSON error the page shows, saying what to do; elsewhere Django's page.
+
+    The token changes when the person signs in again (in another tab, say), and a page opened before
+    then sends the old one.
+    """
+    if request.path.startswith("/api/"):
+        detail = _("This page's security token is out of date (after a new sign-in, say): reload the page.")
+        return error(403, "csrf_failed", detail)
+    return csrf.csrf_failure(request, reason)
 
 
 def unknown_path(request, rest: str = "") -> JsonResponse:

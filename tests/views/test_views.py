@@ -131,7 +131,10 @@ def test_unsafe_methods_need_the_csrf_token(alice, chats):
     strict = Client(enforce_csrf_checks=True)
     strict.force_login(alice)
     url = f"/api/conversations/{chats[0].pk}"
-    assert strict.delete(url).status_code == 403
+    refused = strict.delete(url)
+    assert refused.status_code == 403 and refused.json()["error"]["code"] == "csrf_failed"  # JSON the page shows
+    assert "reload the page" in refused.json()["error"]["detail"]
+    assert "CSRF verification failed" in strict.post("/settings/delete-conversations/").content.decode()  # a form's
     token = strict.get("/").context["config"]["csrfToken"]
     assert strict.delete(url, headers={"X-CSRFToken": token}).status_code == 204
 
