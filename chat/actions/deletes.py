@@ -3,30 +3,37 @@
 from __future__ import annotations
 
 import time
+from collections import defaultdict
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.conf import settings
 
+from chat.actions import sidebar_events
 from chat.models import Message
 from chat.runtime import db_busy
 from chat.runtime.control import control_request
 
 
-def delete_conversations(conversations) -> int:
-    """Delete these conversations (a queryset); how many. A stream's usage row is kept, unlinked."""
+def delete_conversations(conversations, tab: str = "") -> int:
+    """Delete these conversations (a queryset); how many. A stream's usage row is kept, unlinked.
+
+    Their owners' tabs are told (sidebar_events); `tab`: the requesting page's.
+    """
     streaming = list(
         Message.objects.streaming()
         .filter(conversation__in=conversations, worker__isnull=False)
         .values_list("pk", "worker__channel")
     )
-    count = 0
+    gone: dict[int, list[int]] = defaultdict(list)
     for conversation in conversations.iterator(chunk_size=500):
+        gone[conversation.owner_id].append(conversation.pk)  # before the delete, which sets pk to None
         delete_one(conversation)  # one by one, as `manage.py purge` does: attachments' files go with each
-        count += 1
     for message_id, channel in streaming:  # its generation stops and finds nothing left to save
         async_to_sync(get_channel_layer().send)(channel, control_request("stop", message_id))
-    return count
+    for owner_id, ids in gone.items():
+        sidebar_events.deleted(owner_id, ids, tab)
+    return sum(len(ids) for ids in gone.values())
 
 
 def delete_one(conversation) -> None:

@@ -13,6 +13,7 @@ from django.utils.translation import gettext as _
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from chat.actions import sidebar_events
 from chat.actions.deletes import delete_conversations
 from chat.lib import model_params
 from chat.lib.conversation_json import branch_json, message_json
@@ -108,10 +109,11 @@ def conversation(request, conversation_id: int):
     if found is None:
         raise ChatError("not_found", _("No such conversation."))
     if request.method == "DELETE":
-        delete_conversations(Conversation.objects.filter(pk=found.pk))
+        delete_conversations(Conversation.objects.filter(pk=found.pk), sidebar_events.tab_of(request))
         return HttpResponse(status=204)
     if request.method == "PATCH":
         update(found, json_body(request))
+        sidebar_events.changed(found, sidebar_events.tab_of(request))
     return JsonResponse(detail(found, before=message_id(request.GET.get("before"))))
 
 

@@ -14,7 +14,7 @@ from django.utils.translation import gettext as _
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from chat.actions import export_stream, exports, imports
+from chat.actions import export_stream, exports, imports, sidebar_events
 from chat.actions.continuations import continue_shared as continue_shared_copy
 from chat.actions.shares import create_share, shared_content
 from chat.models import ChatError, Conversation, ConversationRead, Share
@@ -64,6 +64,7 @@ def continue_shared(request, token: str):
     ConversationRead.record(share.conversation, request.user, where="share link, continued")
     try:
         conversation = continue_shared_copy(share, request.user)
+        sidebar_events.listed(request.user.pk)
     except ChatError as exc:  # over the reader's storage quota: said on the page, nothing copied
         context = {"share": share, "content": shared_content(share), "owner": share.shown_name(),
                    "continue_error": exc.detail}  # fmt: skip
@@ -178,6 +179,7 @@ async def import_conversations(request):
         return error(413, "too_large", exports.too_large_text())
     try:
         created = await imports.import_conversations(user, request.body)
+        await sync_to_async(sidebar_events.listed)(user.pk, sidebar_events.tab_of(request))
     except RequestDataTooBig:  # over REQUEST_MAX_BYTES, set lower than the import's own limit
         return error(413, "too_large", exports.too_large_text())
     except ChatError as exc:

@@ -16,6 +16,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 from django.views.decorators.http import require_http_methods, require_POST
 
+from chat.actions import sidebar_events
 from chat.actions.deletes import delete_conversations
 from chat.lib.snippets import snippet
 from chat.models import ChatError, Conversation, Folder
@@ -135,6 +136,7 @@ def folders(request):
     if request.method == "POST":
         folder = Folder.objects.create(owner=request.user, name=folder_name(json_body(request)))
         folder.count = 0
+        sidebar_events.listed(request.user.pk, sidebar_events.tab_of(request))
         return JsonResponse(folder.as_json(), status=201)
     return JsonResponse({"folders": [f.as_json() for f in Folder.objects.owned_by(request.user).with_counts()]})
 
@@ -146,9 +148,11 @@ def folder(request, folder_id: int):
     found = folder_of(request.user, folder_id)
     if request.method == "DELETE":
         found.delete()  # Conversation.folder is SET_NULL
+        sidebar_events.listed(request.user.pk, sidebar_events.tab_of(request))
         return HttpResponse(status=204)
     found.name = folder_name(json_body(request))
     found.save(update_fields=["name"])
+    sidebar_events.listed(request.user.pk, sidebar_events.tab_of(request))
     return JsonResponse(Folder.objects.owned_by(request.user).with_counts().get(pk=found.pk).as_json())
 
 
@@ -162,7 +166,7 @@ def delete_all(request):
     if request.POST.get("confirm") != "yes":
         messages.error(request, _("Tick the box to confirm: nothing was deleted."), extra_tags="delete-all")
         return redirect("settings")
-    count = delete_conversations(Conversation.objects.owned_by(request.user))
+    count = delete_conversations(Conversation.objects.owned_by(request.user), sidebar_events.tab_of(request))
     messages.success(
         request,
         ngettext(

@@ -417,6 +417,10 @@ class ChatConsumer(LeanJsonWebsocketConsumer):
         """A model wrote the title of one of this user's conversations (chat/actions/titles.py)."""
         await self.send(text_data=event["text"])
 
+    async def chat_conversations(self, event: dict) -> None:
+        """This user's conversations changed over the JSON API (chat/actions/sidebar_events.py)."""
+        await self.send(text_data=event["text"])
+
     async def chat_done(self, event: dict) -> None:
         message_id = event["message"]
         if message_id in self.attaching and self.attaching.pop(message_id) in (None, FROM_DATABASE):

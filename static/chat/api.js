@@ -3,6 +3,10 @@ import { t } from "./i18n.js";
 
 let csrfToken = "";
 
+// This page's id, sent with each request: the server's word that a conversation changed
+// (a `conversations` frame) names the page that asked, so that page knows it was its own doing.
+export const TAB = Math.random().toString(36).slice(2, 12);
+
 export function setCsrfToken(token) {
   csrfToken = token;
 }
@@ -31,7 +35,7 @@ export class ApiError extends Error {
 }
 
 export async function api(path, { method = "GET", body, signal } = {}) {
-  const headers = { Accept: "application/json" };
+  const headers = { Accept: "application/json", "X-Chat-Tab": TAB };
   if (body !== undefined) headers["Content-Type"] = "application/json";
   if (method !== "GET") headers["X-CSRFToken"] = csrfToken;
   const request = () =>

@@ -1,5 +1,5 @@
 // The chat page: wires the socket, the sidebar, the settings and the message views together.
-import { ApiError, api, setBusyHandler, setCsrfToken } from "./api.js";
+import { ApiError, TAB, api, setBusyHandler, setCsrfToken } from "./api.js";
 import { AttachmentTray } from "./attachments.js";
 import { applyTree, handleBranchClicks, updateBranchControls } from "./branches.js";
 import { dateTime, number } from "./formats.js";
@@ -588,6 +588,25 @@ function onError(frame) {
   if (frame.code === "budget_exceeded") budget.refresh();
 }
 
+/** Conversations changed over the JSON API, in this tab (`frame.tab`) or another: follow the one shown. */
+function onConversations(frame) {
+  sidebar.refresh();
+  const open = state.conversation;
+  if (open !== null && frame.deleted?.includes(open)) {
+    newChat();
+    if (frame.tab !== TAB) showNotice(t("The conversation that was open here was deleted in another tab."));
+  } else if (frame.changed) {
+    followChange(frame.changed);
+  }
+}
+
+/** A conversation's new title and archive state (a PATCH's answer, or another tab's), if it is the one shown. */
+function followChange(conversation) {
+  if (conversation.id !== state.conversation) return;
+  setTitle(conversation.title);
+  archivedNotice.show(conversation);
+}
+
 function onFrame(frame) {
   switch (frame.type) {
     case "started":
@@ -614,6 +633,8 @@ function onFrame(frame) {
       return openConversation(frame.conversation, { push: false }).then(() => {
         if (frame.type === "switched") state.views.get(frame.message)?.article.scrollIntoView({ block: "nearest" });
       });
+    case "conversations":
+      return onConversations(frame);
     case "title": // a model wrote a conversation's title
       sidebar.setTitle(frame.conversation, frame.title);
       sidebar.refresh(); // a refresh asked for at `done` may have read the title before it changed
@@ -630,6 +651,7 @@ const sidebar = new Sidebar({
   open: (id) => openConversation(id),
   renamed: (id, title) => id === state.conversation && setTitle(title),
   deleted: (id) => id === state.conversation && newChat(),
+  changed: followChange,
   error: showNotice,
 });
 const budget = new BudgetMeter();

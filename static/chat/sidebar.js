@@ -68,7 +68,7 @@ function rowAfter(list, summary, items) {
 }
 
 export class Sidebar {
-  /** handlers: open(id), renamed(id, title), deleted(id), error(message) */
+  /** handlers: open(id), renamed(id, title), deleted(id), changed(conversation JSON), error(message) */
   constructor(handlers) {
     this.handlers = handlers;
     this.list = document.getElementById("conversation-list");
@@ -468,8 +468,10 @@ export class Sidebar {
     }
   }
 
-  organise(conversation, changes) {
-    return this.tryTo(t("Could not change the conversation"), () => folderApi.organise(conversation, changes));
+  async organise(conversation, changes) {
+    const data = await this.tryTo(t("Could not change the conversation"), () => folderApi.organise(conversation, changes));
+    if (data) this.handlers.changed(data); // archived or restored: the open conversation's banner follows
+    return data;
   }
 
   async createFolder() {

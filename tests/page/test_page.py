@@ -628,6 +628,35 @@ def test_rename_and_delete_a_conversation(page, alice):
     assert not Conversation.objects.filter(pk=conversation.pk).exists()
 
 
+def test_a_rename_an_archive_and_a_delete_in_one_tab_reach_the_others(new_page, alice, providers):
+    conversation = conversation_for(alice, "Old name", "hi", "hello")
+    here, there = new_page(alice), new_page(alice)
+    for page in (here, there):
+        open_chat(page, f"/c/{conversation.pk}/")
+    item = here.locator(f'#conversation-list li[data-conversation-id="{conversation.pk}"]')
+    item.get_by_role("button", name=re.compile("^Rename")).click()
+    here.get_by_role("dialog", name="Rename conversation").get_by_label("Title").fill("New name")
+    here.get_by_role("dialog", name="Rename conversation").get_by_role("button", name="Rename").click()
+    expect(there.get_by_role("heading", level=1)).to_have_text("New name")
+    expect(there.locator(f'#conversation-list li[data-conversation-id="{conversation.pk}"] a')).to_have_text("New name")
+
+    item.hover()
+    item.get_by_role("button", name=re.compile("^More actions")).click()
+    here.get_by_role("menuitem", name="Archive").click()
+    for page in (here, there):  # the open conversation says it is archived, in the tab that did it too
+        expect(page.locator("#archived-notice")).to_be_visible()
+    here.locator("#archived-notice").get_by_role("button", name="Restore").click()
+    expect(there.locator("#archived-notice")).to_be_hidden()
+
+    item.get_by_role("button", name=re.compile("^Delete")).click()
+    here.get_by_role("dialog", name="Delete conversation?").get_by_role("button", name="Delete").click()
+    expect(there).to_have_url(re.compile(r"/$"))
+    expect(there.locator("#notice")).to_contain_text("deleted in another tab")
+    expect(there.locator(f'#conversation-list li[data-conversation-id="{conversation.pk}"]')).to_have_count(0)
+    expect(here).to_have_url(re.compile(r"/$"))
+    expect(here.locator("#notice")).to_be_hidden()  # its own doing
+
+
 def test_another_user_cannot_see_the_conversation(new_page, alice, bob, providers):
     secret = conversation_for(alice, "Alice's secret plan", "the plan", "noted")
     page = new_page(bob)

@@ -5,7 +5,7 @@ import logging
 
 import pytest
 from asgiref.sync import sync_to_async
-from django.test import override_settings
+from django.test import Client, override_settings
 
 from chat.models import Conversation, Message, Usage
 from chat.runtime import process_loops
@@ -149,6 +149,24 @@ async def test_nul_in_a_message_or_an_answer_is_stored_as_u_fffd(connect, alice,
     assert frames[-1]["status"] == "complete"
     assert "".join(f.get("content", "") for f in frames if f["type"] == "delta").endswith("before\ufffd after")
     assert (await Message.objects.aget(pk=frames[-1]["message"])).content.endswith("before\ufffd after")
+
+
+async def test_changes_made_over_the_json_api_reach_the_persons_sockets(connect, alice, bob):
+    _, _, ws = await connect(alice)
+    _, _, bobs = await connect(bob)
+    client = Client()
+    await sync_to_async(client.force_login)(alice)
+    post = sync_to_async(client.post)
+    await post("/api/folders", {"name": "Work"}, content_type="application/json", headers={"X-Chat-Tab": "t1"})
+    assert await ws.receive() == {"type": "conversations", "tab": "t1"}  # the sidebars read the list again
+    conversation = await Conversation.objects.acreate(owner=alice, title="Plans")
+    patch = sync_to_async(client.patch)
+    await patch(f"/api/conversations/{conversation.pk}", {"archived": True}, content_type="application/json")
+    changed = {"id": conversation.pk, "title": "Plans", "archived": True}
+    assert await ws.receive() == {"type": "conversations", "tab": "", "changed": changed}
+    await sync_to_async(client.delete)(f"/api/conversations/{conversation.pk}")
+    assert await ws.receive() == {"type": "conversations", "tab": "", "deleted": [conversation.pk]}
+    assert await bobs.nothing_more()  # nobody else's
 
 
 # --- ending paths ---------------------------------------------------------------
