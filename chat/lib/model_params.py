@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from typing import Any
 
 from chat.lib.json_depth import MAX_REQUEST_DEPTH, deeper_than
@@ -53,12 +54,27 @@ MESSAGE_KEYS = {
 }
 
 
-class ParamError(ValueError):
-    """A field that is unknown, of the wrong type or out of range; `param` names it."""
+def gettext_noop(text: str) -> str:
+    """Marks a message for the catalogue (makemessages finds it by this name); the page translates it."""
+    return text
 
-    def __init__(self, param: str, message: str, code: str = "invalid_value") -> None:
-        super().__init__(message)
-        self.param, self.message, self.code = param, message, code
+
+class ParamError(ValueError):
+    """A field that is unknown, of the wrong type or out of range; `param` names it.
+
+    `message` is English (/v1 answers in English, as OpenAI does); a message given with `values` keeps
+    its %(name)s form apart, so the page's JSON API and socket can say it in the person's language.
+    """
+
+    def __init__(self, param: str, message: str, code: str = "invalid_value", values: dict | None = None) -> None:
+        filled = message % values if values else message
+        super().__init__(filled)
+        self.param, self.message, self.code = param, filled, code
+        self.template, self.values = message, values
+
+    def translated(self, gettext: Callable[[str], str]) -> str:
+        """The message in the active language, when it was marked for the catalogue."""
+        return gettext(self.template) % self.values if self.values else gettext(self.message)
 
 
 def is_int(value: Any) -> bool:
@@ -74,11 +90,13 @@ def check_param(name: str, value: Any, *, max_tokens: int) -> Any:
     if name in NUMBER_PARAMS:
         low, high = NUMBER_PARAMS[name]
         if not is_number(value) or not low <= value <= high:
-            raise ParamError(name, f"`{name}` must be a number from {low:g} to {high:g}.")
+            message = gettext_noop("`%(name)s` must be a number from %(low)s to %(high)s.")
+            raise ParamError(name, message, values={"name": name, "low": f"{low:g}", "high": f"{high:g}"})
         return value
     if name in ("max_tokens", "max_completion_tokens"):
         if not is_int(value) or not 1 <= value <= max_tokens:
-            raise ParamError(name, f"`{name}` must be an integer from 1 to {max_tokens}.")
+            message = gettext_noop("`%(name)s` must be an integer from 1 to %(max)s.")
+            raise ParamError(name, message, values={"name": name, "max": max_tokens})
         return value
     if name == "stop":
         stops = [value] if isinstance(value, str) else value
@@ -87,20 +105,18 @@ def check_param(name: str, value: Any, *, max_tokens: int) -> Any:
             or not 1 <= len(stops) <= MAX_STOP_COUNT
             or not all(isinstance(s, str) and 0 < len(s) <= MAX_STOP_LENGTH for s in stops)
         ):
-            raise ParamError(
-                "stop",
-                f"`stop` must be a string or a list of up to {MAX_STOP_COUNT} strings, "
-                f"each of 1 to {MAX_STOP_LENGTH} characters.",
+            message = gettext_noop(
+                "`stop` must be a string or a list of up to %(count)s strings, each of 1 to %(length)s characters."
             )
+            raise ParamError("stop", message, values={"count": MAX_STOP_COUNT, "length": MAX_STOP_LENGTH})
         return value
     raise ParamError(name, f"Unknown parameter `{name}`.", "unknown_parameter")
 
 
 def check_system_prompt(value: Any) -> str:
     if not isinstance(value, str) or len(value) > MAX_SYSTEM_PROMPT:
-        raise ParamError(
-            "system_prompt", f"`system_prompt` must be a string of at most {MAX_SYSTEM_PROMPT} characters."
-        )
+        message = gettext_noop("`system_prompt` must be a string of at most %(max)s characters.")
+        raise ParamError("system_prompt", message, values={"max": MAX_SYSTEM_PROMPT})
     return value
 
 

@@ -37,7 +37,7 @@ def parse_params(value: Any) -> dict[str, Any]:
             try:
                 item = model_params.check_param(name, item, max_tokens=settings.MAX_TOKENS_LIMIT)
             except model_params.ParamError as exc:
-                raise ChatError("bad_param", exc.message) from None
+                raise ChatError("bad_param", exc.translated(_)) from None
         elif name not in model_params.CHAT_PARAMS:
             raise ChatError("bad_param", _("Unknown parameter `%(name)s`.") % {"name": name})
         result[name] = item  # None unsets a value stored on the conversation
@@ -51,7 +51,7 @@ def parse_system_prompt(value: Any) -> str | None:
     try:
         return model_params.check_system_prompt(value)
     except model_params.ParamError as exc:
-        raise ChatError("bad_field", exc.message) from None
+        raise ChatError("bad_field", exc.translated(_)) from None
 
 
 def parse_tools(value: Any) -> list[str] | None:

@@ -12,7 +12,7 @@ from django.utils.translation import gettext as _
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods
 
-from chat.lib.model_params import NUMBER_PARAMS, ParamError, check_param, check_system_prompt
+from chat.lib.model_params import ParamError, check_param, check_system_prompt
 from chat.lib.request_fields import parse_params, parse_tools
 from chat.models import ChatDefaults, ChatError, PromptPreset
 from chat.models.base import MODEL_MAX_LENGTH
@@ -101,7 +101,7 @@ def checked(check, value):
     try:
         return check(value)
     except ParamError as exc:
-        raise ChatError("bad_field", exc.message) from None
+        raise ChatError("bad_field", exc.translated(_)) from None
 
 
 @never_cache
@@ -117,14 +117,10 @@ def defaults(request):
             raise ChatError("bad_field", _("`model` must be a model id."))
         temperature = body.get("temperature")
         if temperature is not None:
-            low, high = NUMBER_PARAMS["temperature"]
             try:
                 temperature = check_param("temperature", temperature, max_tokens=settings.MAX_TOKENS_LIMIT)
-            except ParamError:
-                raise ChatError(
-                    "bad_param",
-                    _("`temperature` must be a number from %(low)g to %(high)g.") % {"low": low, "high": high},
-                ) from None
+            except ParamError as exc:
+                raise ChatError("bad_param", exc.translated(_)) from None
         mine.model = model.strip()
         mine.temperature = temperature
         mine.system_prompt = checked(check_system_prompt, body.get("system_prompt") or "")

@@ -71,6 +71,34 @@ def test_a_bad_preset_is_refused_with_a_reason(alice, body, code):
     assert not PromptPreset.objects.exists()
 
 
+@pytest.mark.parametrize(
+    "body, english, french",
+    [
+        ({"params": {"max_tokens": 99999999}}, "`max_tokens` must be an integer from 1 to 32768.",
+         "`max_tokens` doit être un entier de 1 à 32768."),
+        ({"params": {"temperature": 3}}, "`temperature` must be a number from 0 to 2.",
+         "`temperature` doit être un nombre de 0 à 2."),
+        ({"system_prompt": "s" * 20_001}, "`system_prompt` must be a string of at most 20000 characters.",
+         "`system_prompt` doit être une chaîne d’au plus 20000 caractères."),
+    ],
+)  # fmt: skip
+def test_a_bad_preset_setting_is_explained_in_the_persons_language(alice, body, english, french):
+    client = client_for(alice)
+    preset = {"name": "p", "text": "t", **body}
+    assert call(client, "post", "/api/presets", preset).json()["error"]["detail"] == english
+    client.cookies["django_language"] = "fr"
+    assert call(client, "post", "/api/presets", preset).json()["error"]["detail"] == french
+
+
+def test_a_bad_default_is_explained_in_the_persons_language(alice):
+    client = client_for(alice)
+    client.cookies["django_language"] = "fr"
+    hot = call(client, "put", "/api/defaults", {"temperature": 3}).json()["error"]["detail"]
+    assert hot == "`temperature` doit être un nombre de 0 à 2."
+    long = call(client, "put", "/api/defaults", {"system_prompt": "s" * 20_001}).json()["error"]["detail"]
+    assert long == "`system_prompt` doit être une chaîne d’au plus 20000 caractères."
+
+
 def test_only_staff_publish_and_published_presets_are_read_only_for_everyone(alice, bob, django_user_model):
     assert (
         call(client_for(alice), "post", "/api/presets", {"name": "p", "text": "t", "published": True}).status_code
