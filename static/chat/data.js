@@ -60,8 +60,10 @@ form.addEventListener("submit", async (event) => {
         : t("Imported %(count)s conversations.", { count }),
       " ",
     );
-    const open = element("a", "", t("Open it"));
-    open.href = `/c/${data.conversations[0].id}/`;
+    // One: "Open it"; several: the link names the one it opens (the first in the file).
+    const first = data.conversations[0];
+    const open = element("a", "", count === 1 ? t("Open it") : t("Open “%(title)s”", { title: first.title }));
+    open.href = `/c/${first.id}/`;
     status.append(open);
     form.reset();
   } catch (error) {

@@ -176,6 +176,14 @@ def test_the_settings_page_brings_back_an_export_refuses_a_bad_file_and_lists_li
     copy = Conversation.objects.get(owner=bob)
     expect(data.get_by_role("link", name="Open it")).to_have_attribute("href", f"/c/{copy.pk}/")
     assert [m.content for m in copy.path()] == [m.content for m in shared.conversation.path()]
+    several = json.dumps(exports.export_json([shared.conversation, copy])).encode()
+    two = {"name": "two.json", "mimeType": "application/json", "buffer": several}
+    data.locator("#import-file").set_input_files(two)
+    data.get_by_role("button", name="Import").click()
+    expect(data.locator("#import-status")).to_contain_text("Imported 2 conversations.")
+    first = Conversation.objects.filter(owner=bob).order_by("pk")[1]  # the first of the file, imported
+    link = data.get_by_role("link", name=f"Open “{first.title}”")  # which one it opens, not "Open it"
+    expect(link).to_have_attribute("href", f"/c/{first.pk}/")
 
     Share.objects.filter(pk=shared.pk).update(show_name=True, show_usage=True)
     owner = new_page(alice)
