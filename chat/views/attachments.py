@@ -14,6 +14,7 @@ import os
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.http import HttpResponse, JsonResponse
+from django.http.multipartparser import MultiPartParserError
 from django.middleware.csrf import CsrfViewMiddleware
 from django.utils.http import content_disposition_header
 from django.utils.translation import gettext as _
@@ -66,7 +67,11 @@ async def _upload(request, user):
     """The upload of one person, counted in flight."""
     # Django parses the multipart body (spooling a large file to disk) on a thread of its own; the
     # CSRF middleware would parse it on the shared one, which every socket's database work waits for.
-    files = await sync_to_async(lambda: request.FILES, thread_sensitive=False)()
+    try:
+        files = await sync_to_async(lambda: request.FILES, thread_sensitive=False)()
+    except MultiPartParserError:  # a part's headers over Django's limit (a name of thousands of characters), …
+        detail = _("The upload could not be read: its form data is malformed, or the file’s name is far too long.")
+        return error(400, "bad_upload", detail)
     refused = await sync_to_async(_csrf.process_view, thread_sensitive=False)(request, None, (), {})
     if refused is not None:
         return refused

@@ -266,6 +266,9 @@ def test_upload_answers_the_chip_and_download_is_never_a_page(server, alice, bob
         assert len(large) > settings.DATA_UPLOAD_MAX_MEMORY_SIZE
         assert upload(client, "noise.png", large).status_code == 201
         assert client.post("/api/budget", content=large).status_code == 413
+        # A name past the multipart parser's header limit: the JSON error the page shows, not Django's bare 400.
+        named = upload(client, "n" * 5000 + ".txt", b"hello")
+        assert named.status_code == 400 and named.json()["error"]["code"] == "bad_upload"
         # Without the CSRF token: refused.
         del client.headers["X-CSRFToken"]
         assert upload(client, "x.txt", b"hello").status_code == 403
