@@ -38,9 +38,10 @@ lock: | $(BIN)/python
 	$(UV_COMPILE) --constraints requirements.lock --output-file requirements-ldap.lock requirements-ldap.txt
 	$(UV_COMPILE) --constraints requirements.lock --output-file tests/requirements.lock tests/requirements.txt
 
-# Settings come from the environment; a .env file, if present, is read first.
+# Settings come from the environment; a .env file, if present, fills what it does not set (chatsite/dotenv.py,
+# as manage.py reads it).
 run: $(VENV)/.server-deps
-	set -a; [ ! -f .env ] || . ./.env; set +a; \
+	eval "$$($(BIN)/python -m chatsite.dotenv)"; \
 	export PORT="$${PORT:-$(PORT)}"; \
 	[ -z "$$LDAP_SERVER_URI" ] || $(BIN)/pip install --quiet --require-hashes -r requirements-ldap.lock && \
 	$(BIN)/python manage.py migrate --noinput && \

@@ -16,7 +16,8 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 
 
 def env(name: str, default: str = "") -> str:
-    return os.environ.get(name, default)
+    """The variable's value; unset or empty, the default (.env.example lists most as `NAME=`)."""
+    return os.environ.get(name) or default
 
 
 def env_bool(name: str, default: bool = False) -> bool:
