@@ -46,6 +46,10 @@ class LocalChannelLayer(InMemoryLayer):
 
     clean_every = CLEAN_EVERY
 
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        metrics.channel_layer_up.set(1)  # in this process: always reached
+
     def post(self, channel: str, message: dict) -> None:
         """send() without waiting: at once, as everything is in this process."""
         try:
@@ -265,6 +269,7 @@ class RedisChannelLayer(ChannelsRedisLayer):
     async def _read_forever(self) -> None:
         """Every message for this process's channels, into their inboxes; survives Redis errors."""
         failures = 0
+        metrics.channel_layer_up.set(1)  # from the start, not only after an outage: ChatRedisDown alerts on 0
         while True:
             stop_if_cancelled()
             try:

@@ -193,6 +193,7 @@ def test_metrics_add_up_the_processes_and_count_a_stream_once_it_ended(cluster, 
     completion = {**labels, "kind": "completion"}
     assert metric(after, "chat_tokens_total", **completion) > metric(before, "chat_tokens_total", **completion)
     assert metric(after, "chat_ready", part="database") == 1
+    assert metric(after, "chat_channel_layer_up") == 1  # from the start, not only after an outage
     # Counters without labels are there from the start (labelled ones once they count something).
     # A reconnect is counted by the layer's reader only when it was running through the cut:
     # tests/runtime/test_layers.py covers the reader's healing.
