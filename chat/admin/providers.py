@@ -89,6 +89,13 @@ class ProviderAdmin(admin.ModelAdmin):
     def has_key(self, provider):
         return bool(provider.api_key)
 
+    def get_fields(self, request, obj=None):
+        """Staff who may only view get "key set", not the key: Django shows a read-only field's value."""
+        fields = super().get_fields(request, obj)
+        if obj is not None and not self.has_change_permission(request, obj):
+            fields = ["has_key" if name == "api_key" else name for name in fields]
+        return fields
+
     @admin.display(description="health")
     def health(self, provider):
         """The last success and, if it came after, the last error."""
@@ -102,7 +109,7 @@ class ProviderAdmin(admin.ModelAdmin):
             return format_html('<span class="provider-ok">reached {} ago</span>', timesince(provider.reached))
         return "not tried yet"
 
-    @admin.action(description="Test connection (list the models now)")
+    @admin.action(description="Test connection (list the models now)", permissions=["change"])
     def test_connection(self, request, queryset):
         for provider in queryset:
             reachable, said = async_to_sync(check_provider)(provider)

@@ -59,7 +59,15 @@ def _split(queryset) -> tuple[list[int], list[int]]:
     return replies, list(streaming.filter(message__isnull=True).values_list("pk", flat=True))
 
 
-@admin.action(description="Stop the selected streams")
+class StreamActions:
+    """The two actions of the usage rows' and the messages' lists, for staff who may change messages (a stop is
+    written on the reply's row); view-only staff see neither."""
+
+    def has_stop_permission(self, request) -> bool:
+        return request.user.has_perm("chat.change_message")
+
+
+@admin.action(description="Stop the selected streams", permissions=["stop"])
 def stop_streams(modeladmin, request, queryset):
     replies, api_rows = _split(queryset)
     asked = sum(Message.objects.request_stop(pk) for pk in replies)
@@ -71,7 +79,7 @@ def stop_streams(modeladmin, request, queryset):
         )  # fmt: skip
 
 
-@admin.action(description="Mark the selected orphaned streams interrupted")
+@admin.action(description="Mark the selected orphaned streams interrupted", permissions=["stop"])
 def mark_interrupted(modeladmin, request, queryset):
     replies, api_rows = _split(queryset)
     ended, api, skipped = orphans.mark_interrupted(replies, api_rows)
@@ -88,7 +96,7 @@ def mark_interrupted(modeladmin, request, queryset):
 
 
 @admin.register(Message)
-class MessageAdmin(admin.ModelAdmin):
+class MessageAdmin(StreamActions, admin.ModelAdmin):
     """Read-only. The list shows no text; opening a message shows it, and that read is recorded."""
 
     list_display = ["id", "conversation_link", "owner", "role", "status", "stream", "model", "created", "updated"]

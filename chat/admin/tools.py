@@ -110,7 +110,14 @@ class McpServerAdmin(admin.ModelAdmin):
                   "enabled", "health", "last_error", "refreshed", "tool_list"]  # fmt: skip
         if obj is not None and obj.transport == McpServer.Transport.STDIO:
             fields = [f for f in fields if f not in ("url", "bearer", "clear_bearer", "new_headers", "header_names")]
+        elif obj is not None and not self.has_change_permission(request, obj):
+            # Django shows a read-only field's value: staff who may only view get whether a secret is set.
+            fields = ["has_bearer" if f == "bearer" else f for f in fields if f not in ("clear_bearer", "new_headers")]
         return fields
+
+    @admin.display(boolean=True, description="bearer secret set")
+    def has_bearer(self, server):
+        return bool(server.bearer)
 
     @admin.display(description="header names")
     def header_names(self, server):
@@ -141,7 +148,7 @@ class McpServerAdmin(admin.ModelAdmin):
             names = ", ".join(t["name"] for t in server.tools) or "no tools"
             self.message_user(request, f"“{server.name}” is up: {names}", messages.SUCCESS)
 
-    @admin.action(description="Test connection (list the tools now)")
+    @admin.action(description="Test connection (list the tools now)", permissions=["change"])
     def test_connection(self, request, queryset):
         for server in queryset:
             self._refresh(request, server)

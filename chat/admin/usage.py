@@ -4,12 +4,12 @@ from django.contrib import admin
 from django.urls import reverse
 from django.utils.html import format_html
 
-from chat.admin.streams import StreamFilter, mark_interrupted, stop_streams
+from chat.admin.streams import StreamActions, StreamFilter, mark_interrupted, stop_streams
 from chat.models import Budget, Price, Usage
 
 
 @admin.register(Usage)
-class UsageAdmin(admin.ModelAdmin):
+class UsageAdmin(StreamActions, admin.ModelAdmin):
     list_display = [
         "started",
         "user",

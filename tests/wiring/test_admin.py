@@ -33,6 +33,36 @@ def test_provider_key_is_never_rendered(staff_client, provider):
     assert b"api.i14.ai" in staff_client.get("/admin/chat/provider/").content
 
 
+@pytest.fixture
+def viewer(client, django_user_model):
+    """Staff who may only view providers, MCP servers, usage rows and messages."""
+    user = django_user_model.objects.create_user("viewer", password="viewer-pw-123456", is_staff=True)
+    codenames = ["view_provider", "view_mcpserver", "view_usage", "view_message"]
+    user.user_permissions.set(Permission.objects.filter(content_type__app_label="chat", codename__in=codenames))
+    client.force_login(user)
+    return client
+
+
+def test_staff_who_may_only_view_see_no_secret_and_run_no_action(viewer, provider, history):
+    from chat.models import McpServer
+
+    page = viewer.get(f"/admin/chat/provider/{provider.pk}/change/").content.decode()
+    assert "sk-very-secret-key-42" not in page and "Key set:" in page  # Django showed a read-only field's value
+    server = McpServer.objects.create(name="search", url="https://mcp.example.com/mcp", bearer="bearer-secret-77")
+    page = viewer.get(f"/admin/chat/mcpserver/{server.pk}/change/").content.decode()
+    assert "bearer-secret-77" not in page and "Bearer secret set:" in page
+    for listing in ("provider", "mcpserver", "usage", "message"):
+        assert "Test connection" not in viewer.get(f"/admin/chat/{listing}/").content.decode()
+    reply = history.messages.get(role="assistant")
+    Message.objects.filter(pk=reply.pk).update(status="streaming")
+    for listing, pk in (("message", reply.pk), ("usage", reply.usages.get().pk)):
+        page = viewer.get(f"/admin/chat/{listing}/").content.decode()
+        assert "Stop the selected streams" not in page and "Mark the selected orphaned" not in page
+        viewer.post(f"/admin/chat/{listing}/", {"action": "stop_streams", "_selected_action": [pk]})
+    reply.refresh_from_db()
+    assert not reply.stop_requested  # the action was not theirs to run
+
+
 def test_saving_a_provider_with_an_empty_key_keeps_the_key(staff_client, provider):
     data = {"name": "i14", "base_url": "https://api.i14.ai/v1", "api_key": "", "default_model": "m", "model_list": "",
             **NO_LIMITS}  # fmt: skip
