@@ -32,6 +32,7 @@ from typing import ParamSpec, TypeVar
 
 from django.conf import settings
 from django.db import connections
+from django.utils import translation
 
 from chat.runtime import metrics
 
@@ -65,11 +66,22 @@ def run(function: Callable[P, R]) -> Callable[P, Awaitable[R]]:
             _start_workers()
         loop = asyncio.get_running_loop()
         future = loop.create_future()
-        # The language, like sync_to_async: the call runs in a copy of the caller's context.
-        _jobs.put((loop, future, contextvars.copy_context(), function, args, kwargs, time.monotonic()))
+        # The call runs in a copy of the caller's context; the active language must be carried apart.
+        language = translation.get_language()
+        work = function if language == settings.LANGUAGE_CODE else functools.partial(_in_language, language, function)
+        _jobs.put((loop, future, contextvars.copy_context(), work, args, kwargs, time.monotonic()))
         return await future
 
     return call
+
+
+def _in_language(language: str, function, *args, **kwargs):
+    """`function` with the caller's language active: a refusal worded here (a budget used up, a model not allowed)
+    is in the language of the page or client that asked. Django keeps the active language in an asgiref Local,
+    whose value a copied context does not carry to another thread (asgiref 3.8+: only its own sync_to_async does).
+    """
+    with translation.override(language):
+        return function(*args, **kwargs)
 
 
 def _start_workers() -> None:

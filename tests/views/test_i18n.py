@@ -13,7 +13,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.test import Client
 
-from tests.conftest import session_cookie
+from tests.conftest import MODELS, session_cookie
 
 FRENCH = settings.BASE_DIR / "locale" / "fr" / "LC_MESSAGES"
 DOMAINS = ["django", "djangojs"]
@@ -157,7 +157,7 @@ def test_the_settings_switch_overrides_the_browser_language():
 # --- the websocket answers in the language of its page -----------------------------------
 
 
-async def socket_error(user, *headers: tuple[bytes, bytes]) -> str:
+async def socket_error(user, *headers: tuple[bytes, bytes], frame: dict | None = None, code: str = "not_found") -> str:
     from asgiref.sync import sync_to_async
 
     from chat.ws.routing import websocket_application
@@ -171,12 +171,12 @@ async def socket_error(user, *headers: tuple[bytes, bytes]) -> str:
     accepted, _code = await communicator.connect()
     assert accepted
     try:
-        await communicator.send_json_to({"type": "attach", "conversation": 999999})
-        frame = await communicator.receive_json_from(10)
+        await communicator.send_json_to(frame or {"type": "attach", "conversation": 999999})
+        answer = await communicator.receive_json_from(10)
     finally:
         await communicator.disconnect()
-    assert frame["type"] == "error" and frame["code"] == "not_found"
-    return frame["detail"]
+    assert answer["type"] == "error" and answer["code"] == code, answer
+    return answer["detail"]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -188,3 +188,17 @@ async def test_the_socket_words_its_errors_in_the_language_of_its_page(alice):
     french_cookie = f"{settings.LANGUAGE_COOKIE_NAME}=fr".encode()
     english = (b"accept-language", b"en-US")
     assert await socket_error(alice, english, (b"cookie", french_cookie)) == "Cette conversation n’existe pas."
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_refusals_worded_on_a_database_thread_are_in_the_language_of_the_page(alice, providers):
+    """A budget used up is found on a database thread, where Django's active language did not follow."""
+    from chat.metering.budgets import Budget
+
+    await Budget.objects.acreate(user=alice, usd=0)
+    french = (b"accept-language", b"fr-FR,fr;q=0.9")
+    send = {"type": "send", "conversation": None, "content": "hi", "model": MODELS["i14"]}
+    said = await socket_error(alice, french, frame=send, code="budget_exceeded")
+    assert said.startswith("Votre budget mensuel de $0.00 est épuisé")
+    said = await socket_error(alice, frame=send, code="budget_exceeded")
+    assert said.startswith("Your monthly budget of $0.00 is used up")  # and back in English for an English page
