@@ -3,6 +3,7 @@
 import os
 import secrets
 import time
+import zoneinfo
 from datetime import timedelta
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
@@ -32,11 +33,15 @@ def env_list(name: str, default: str = "") -> list[str]:
 
 
 def env_number(name: str, default, kind=int):
+    """A number from the environment: none of them means anything below 0 (POSITIVE, below, not even 0)."""
     value = env(name)
     try:
-        return kind(value) if value else default
+        number = kind(value) if value else default
     except (ValueError, InvalidOperation):
         raise ImproperlyConfigured(f"{name} must be a number, not {value!r}") from None
+    if number is not None and number < 0:
+        raise ImproperlyConfigured(f"{name} must be 0 or more, not {value}")
+    return number
 
 
 DEBUG = env_bool("DJANGO_DEBUG", False)
@@ -245,6 +250,10 @@ LANGUAGE_CODE = "en-us"
 LANGUAGES = [("en", "English"), ("fr", "Français")]
 LOCALE_PATHS = [BASE_DIR / "locale"]
 TIME_ZONE = env("DJANGO_TIME_ZONE", "UTC")
+try:
+    zoneinfo.ZoneInfo(TIME_ZONE)
+except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+    raise ImproperlyConfigured(f"DJANGO_TIME_ZONE must be a zone such as Europe/Paris, not {TIME_ZONE!r}") from None
 USE_I18N = True
 USE_TZ = True
 
@@ -334,6 +343,9 @@ if HTTPS:
 
 # One line per event, with the request's id (chatsite/logs.py); LOG_FORMAT=json: one JSON object a line.
 LOG_FORMAT = env("LOG_FORMAT", "plain")
+LOG_LEVEL = env("LOG_LEVEL", "INFO").upper()
+if LOG_LEVEL not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
+    raise ImproperlyConfigured(f"LOG_LEVEL must be DEBUG, INFO, WARNING, ERROR or CRITICAL, not {LOG_LEVEL!r}")
 if LOG_FORMAT not in ("plain", "json"):
     raise ImproperlyConfigured("LOG_FORMAT must be plain or json")
 # The access log (chatsite/server.py: one line per request and websocket, probes left out): on by default.
@@ -349,7 +361,7 @@ LOGGING = {
     "handlers": {
         "console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT, "filters": ["request_id"]},
     },
-    "root": {"handlers": ["console"], "level": env("LOG_LEVEL", "INFO")},
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
     # httpx logs every request line at INFO; only our own summaries are wanted. So does httpx2, the MCP
     # SDK's client, with a tool server's URL (which may carry a key); the SDK logs a server's session
     # id at INFO, which lets whoever reads the log act in that session.
@@ -632,3 +644,16 @@ if not AUTH_PASSWORD_LOGIN:
     AUTHENTICATION_BACKENDS.remove("chat.auth.signin.BoundedModelBackend")
 if INVITE_DAYS < 1:
     raise ImproperlyConfigured("INVITE_DAYS must be 1 or more")
+
+# 0 would stop every stream, request or save rather than turn anything off.
+POSITIVE = {
+    "DATABASE_THREADS": DATABASE_THREADS, "REQUEST_MAX_BYTES": DATA_UPLOAD_MAX_MEMORY_SIZE,
+    "UPSTREAM_DEADLINE": UPSTREAM_DEADLINE, "UPSTREAM_CONNECT_TIMEOUT": UPSTREAM_CONNECT_TIMEOUT,
+    "UPSTREAM_READ_TIMEOUT": UPSTREAM_READ_TIMEOUT, "UPSTREAM_FIRST_BYTE_TIMEOUT": UPSTREAM_FIRST_BYTE_TIMEOUT,
+    "CHAT_SAVE_INTERVAL": CHAT_SAVE_INTERVAL, "API_SLOW_CLIENT_SECONDS": API_SLOW_CLIENT_SECONDS,
+    "CHAT_SLOW_CLIENT_SECONDS": CHAT_SLOW_CLIENT_SECONDS, "API_HEARTBEAT_SECONDS": API_HEARTBEAT_SECONDS,
+    "API_CHECKPOINT_SECONDS": API_CHECKPOINT_SECONDS, "CHAT_BATCH_ROWS": CHAT_BATCH_ROWS,
+    "CHAT_PAGE_MESSAGES": CHAT_PAGE_MESSAGES, "MAX_TOKENS_LIMIT": MAX_TOKENS_LIMIT,
+}  # fmt: skip
+if zero := [name for name, value in POSITIVE.items() if not value > 0]:
+    raise ImproperlyConfigured(f"{', '.join(zero)} must be more than 0")

@@ -56,6 +56,23 @@ def test_a_bad_number_in_the_environment_is_a_clear_error():
     assert result.returncode != 0 and "UPSTREAM_MAX_TOKENS must be a number" in result.stderr
 
 
+@pytest.mark.parametrize(
+    ("variable", "value", "says"),
+    [
+        ("DATABASE_THREADS", "0", "DATABASE_THREADS must be more than 0"),  # every send hung
+        ("REQUEST_MAX_BYTES", "-1", "REQUEST_MAX_BYTES must be 0 or more, not -1"),  # every request was a 413
+        ("UPSTREAM_DEADLINE", "0", "UPSTREAM_DEADLINE must be more than 0"),  # every stream failed
+        ("SHUTDOWN_GRACE_SECONDS", "-5", "SHUTDOWN_GRACE_SECONDS must be 0 or more"),
+        ("LOG_LEVEL", "VERBOSE", "LOG_LEVEL must be DEBUG, INFO, WARNING, ERROR or CRITICAL, not 'VERBOSE'"),
+        ("DJANGO_TIME_ZONE", "Mars/Base", "DJANGO_TIME_ZONE must be a zone such as Europe/Paris, not 'Mars/Base'"),
+    ],
+)
+def test_a_value_out_of_range_stops_the_start_with_a_sentence(variable, value, says):
+    result = manage("check", env={variable: value})
+    assert result.returncode != 0 and says in result.stderr, result.stderr[-500:]
+    assert "ValueError" not in result.stderr  # a sentence naming the variable, not a library's complaint
+
+
 @pytest.mark.django_db
 def test_sqlite_runs_in_wal_mode_with_immediate_transactions():
     assert connection.vendor == "sqlite"  # the default; PostgreSQL is covered by test_scaleout.py
