@@ -106,7 +106,10 @@ async def write(conversation_id: int, reply_id: int) -> str | None:
         if not await db_threads.run(store)(conversation_id, title):
             return None
         text = orjson.dumps({"type": "title", "conversation": conversation_id, "title": title}).decode()
-        await get_channel_layer().group_send(user_group(request.owner.pk), {"type": "chat.title", "text": text})
+        try:
+            await get_channel_layer().group_send(user_group(request.owner.pk), {"type": "chat.title", "text": text})
+        except Exception as exc:  # Redis out: stored all the same, and the sidebar shows it at its next refresh
+            log.warning("conversation %s: its title is stored; its tabs could not be told (%r)", conversation_id, exc)
         return title
     except Exception:  # the database, the channel layer: the conversation keeps the title it has
         log.exception("conversation %s: could not write its title", conversation_id)
