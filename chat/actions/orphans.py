@@ -189,6 +189,7 @@ async def announce_recovered(messages: list[Message]) -> None:
             None,
             usage.as_frame() if usage else None,
             message.error,
+            recovered=True,
         )
 
 

@@ -75,11 +75,16 @@ def snapshot_frames(conversation: int, message: int, content: str, reasoning: st
 
 async def send_done(conversation: int, message: int, status: str, finish_reason: str | None,
                     usage: dict | None, error: str, *, thinking_ms: int | None = None,
-                    tool_calls: list | None = None) -> None:  # fmt: skip
-    """The `done` frame to every socket watching the conversation."""
+                    tool_calls: list | None = None, recovered: bool = False) -> None:  # fmt: skip
+    """The `done` frame to every socket watching the conversation.
+
+    `recovered`: the stream's process died and a sweep ended it; the stored text may be shorter than what a
+    tab was shown (the text after the process's last save is lost), so the tabs read it again.
+    """
+    more = {"recovered": True} if recovered else {}
     text = frame(
         type="done", message=message, conversation=conversation, status=status, finish_reason=finish_reason,
-        usage=usage, error=error or None, thinking_ms=thinking_ms, tool_calls=tool_calls or None,
+        usage=usage, error=error or None, thinking_ms=thinking_ms, tool_calls=tool_calls or None, **more,
     )  # fmt: skip
     # Never waits on Redis: after the deltas, in order, whenever it answers (chat/runtime/channel_layers.py).
     get_channel_layer().post_to_group(

@@ -549,7 +549,10 @@ function onDone(frame) {
   }
   sidebar.refresh();
   budget.refresh();
-  if (frame.conversation === state.conversation) refreshTree();
+  if (frame.conversation !== state.conversation) return;
+  // Ended by a sweep after its process died: what is stored (the last save) may be shorter than what was shown.
+  if (frame.recovered) openConversation(frame.conversation, { push: false });
+  else refreshTree();
 }
 
 function onAttached(frame) {

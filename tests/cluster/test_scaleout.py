@@ -191,6 +191,7 @@ async def test_a_killed_process_is_swept_with_its_text_saved(cluster):
         if first.process.poll() is not None:
             first.start()  # the next test gets a working pair again
     assert done["status"] == "interrupted" and "server stopped" in done["error"]
+    assert done["recovered"] is True  # the tabs read the stored text again: the tail after the last save is lost
     assert done["usage"]["estimated"] and done["usage"]["completion_tokens"] > 0
     status, saved = row(first, started["message"])
     streamed = seen[1]["content"] + text(seen[2:])
