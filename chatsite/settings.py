@@ -39,6 +39,8 @@ def env_number(name: str, default, kind=int):
         number = kind(value) if value else default
     except (ValueError, InvalidOperation):
         raise ImproperlyConfigured(f"{name} must be a number, not {value!r}") from None
+    if isinstance(number, Decimal) and not number.is_finite():
+        return number  # NaN cannot be compared; its setting's own check below names it
     if number is not None and number < 0:
         raise ImproperlyConfigured(f"{name} must be 0 or more, not {value}")
     return number
