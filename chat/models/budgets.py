@@ -7,7 +7,6 @@ from decimal import Decimal
 
 from django.conf import settings
 from django.contrib.auth.models import Group
-from django.core.exceptions import ValidationError
 from django.db import connection, models
 from django.db.models import Q
 from django.utils import timezone
@@ -126,6 +125,7 @@ class Budget(models.Model):
                     | Q(user__isnull=True, group__isnull=True, token__isnull=False)
                 ),
                 name="budget_for_one_user_group_or_token",
+                violation_error_message="A budget is for exactly one of: a user, a group, an API token.",
             ),
             models.CheckConstraint(
                 condition=Q(usd__isnull=True) | Q(usd__gte=0),
@@ -137,7 +137,3 @@ class Budget(models.Model):
     def __str__(self) -> str:
         return f"budget of {self.user or self.group or self.token}"
 
-    def clean(self) -> None:
-        super().clean()
-        if sum(x is not None for x in (self.user_id, self.group_id, self.token_id)) != 1:
-            raise ValidationError("A budget is for exactly one of: a user, a group, an API token.")

@@ -9,6 +9,8 @@ from datetime import timedelta
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
+from django.core.exceptions import ValidationError
+from django.core.validators import validate_email
 from django.db import models, transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
@@ -67,6 +69,10 @@ class Invite(models.Model):
     def issue(cls, email: str, *, staff: bool = False, groups=(), by=None) -> tuple[Invite, str]:
         """A new invite and its secret (for the link), expiring after INVITE_DAYS; refused for a known address."""
         email = get_user_model().objects.normalize_email(email.strip())
+        try:
+            validate_email(email)  # the admin's form checks it too; `manage.py invite` did not
+        except ValidationError:
+            raise ChatError("bad_email", _("%(email)s is not an e-mail address.") % {"email": email}) from None
         if account_exists(email):
             raise ChatError("exists", _("%(email)s already has an account.") % {"email": email})
         invite = cls(email=email, staff=staff, created_by=by)

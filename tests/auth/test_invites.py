@@ -165,6 +165,17 @@ def test_an_expired_invite_is_refused_and_makes_no_account(mailing, django_user_
     assert not django_user_model.objects.filter(email="late@example.com").exists()
 
 
+@pytest.mark.django_db
+def test_the_invite_command_refuses_what_is_not_an_address():
+    """The admin's form checked the address; `manage.py invite not-an-email` made an account named so."""
+    from django.core.management import call_command
+    from django.core.management.base import CommandError
+
+    with pytest.raises(CommandError, match="not-an-email is not an e-mail address"):
+        call_command("invite", "not-an-email", "--no-email")
+    assert not Invite.objects.exists()
+
+
 # --- password reset ---------------------------------------------------------------------
 
 

@@ -679,6 +679,8 @@ def test_budget_command_sets_shows_and_clears(alice, settings):
     for args, message in [
         (("--usd", "lots"), "--usd must be an amount of USD"),
         (("--usd", "-1"), "--usd must be 0 or more"),
+        (("--usd", "1e30"), "--usd must be 0 or more, in whole cents, below"),  # was an InvalidOperation traceback
+        (("--tokens", "9" * 20), "--tokens must be 0 or more and below 2\\*\\*63"),
         (("--tokens", "1.5"), "--tokens must be a whole number"),
         (("--clear", "--usd", "1"), "cannot be combined"),
     ]:

@@ -389,6 +389,9 @@ def test_a_negative_budget_or_price_is_refused_in_words(staff_client, django_use
     person = django_user_model.objects.create_user("dora")
     page = staff_client.post("/admin/chat/budget/add/", {"user": person.pk, "usd": "-5", "tokens": ""}).content.decode()
     assert "A budget cannot be negative." in page and "budget_usd_not_negative" not in page
+    nobody = staff_client.post("/admin/chat/budget/add/", {"usd": "5", "tokens": ""}).content.decode()
+    assert nobody.count("A budget is for exactly one of: a user, a group, an API token.") == 1  # said once
+    assert "budget_for_one_user_group_or_token" not in nobody
     price = {"model": "m", "prompt": "-1", "completion": "1", "effective_from_0": "2026-01-01",
              "effective_from_1": "0:00"}  # fmt: skip
     page = staff_client.post("/admin/chat/price/add/", price).content.decode()

@@ -13,7 +13,8 @@ def amount(value: str) -> Decimal:
         usd = Decimal(value)
     except InvalidOperation:
         raise CommandError(f"--usd must be an amount of USD such as 25 or 12.50, not {value!r}.") from None
-    if not usd.is_finite() or usd < 0 or usd != usd.quantize(Decimal("0.01")) or usd >= 10**10:
+    # The range first: quantize() of 1e30 overflows the context's precision (InvalidOperation).
+    if not usd.is_finite() or usd < 0 or usd >= 10**10 or usd != usd.quantize(Decimal("0.01")):
         raise CommandError(f"--usd must be 0 or more, in whole cents, below 10,000,000,000, not {value!r}.")
     return usd
 
@@ -24,7 +25,7 @@ def count(value: str) -> int:
     except ValueError:
         raise CommandError(f"--tokens must be a whole number of tokens, not {value!r}.") from None
     if not 0 <= tokens < 2**63:
-        raise CommandError(f"--tokens must be 0 or more, not {value!r}.")
+        raise CommandError(f"--tokens must be 0 or more and below 2**63, not {value!r}.")
     return tokens
 
 
