@@ -136,4 +136,3 @@ class Budget(models.Model):
 
     def __str__(self) -> str:
         return f"budget of {self.user or self.group or self.token}"
-
