@@ -109,7 +109,7 @@ def parse_filters(query, viewer, today: date | None = None) -> Filters:
         user_id = viewer.pk
     source = query.get("source") or ""
     if source and source not in Usage.Source.values:
-        raise FilterError(_("Unknown source: choose %(choices)s.") % {"choices": " or ".join(Usage.Source.values)})
+        raise FilterError(_("Unknown source: choose chat, api or titl (the titles models wrote)."))
     model = (query.get("model") or "")[: Usage._meta.get_field("model").max_length]
     return Filters(preset, first, last, user_id, group_id, model, source)
 

@@ -131,7 +131,8 @@ def test_bad_filters_get_a_sentence(server, team, django_user_model):
         for path in ("/usage/", "/usage/csv"):
             response = get(server, cookie, path, period=period, **{"from": first, "to": last})
             assert response.status_code == 400 and sentence in response.text, (path, first)
-    assert get(server, cookie, "/usage/", source="fax").status_code == 400
+    fax = get(server, cookie, "/usage/", source="fax")
+    assert fax.status_code == 400 and "choose chat, api or titl (the titles models wrote)." in fax.text
     assert get(server, "", "/usage/").status_code == 302  # sign in first
 
 
