@@ -55,7 +55,8 @@ from chat.compat.daphne import (
     unsent,
 )
 from chat.lib.client_address import client_address, is_trusted, networks
-from chat.runtime import metrics
+from chat.runtime import metrics, stopping
+from chat.runtime.stopping import RESTART_CLOSE_CODE
 from chatsite.logs import request_id
 
 log = logging.getLogger("chatsite.server")
@@ -69,8 +70,6 @@ FLOW_HIGH_WATER = 64 * 1024
 WEBSOCKET_MAX_BUFFER = 16 * 1024 * 1024
 # The close code of a websocket closed for not reading (docs/websocket.md).
 SLOW_CLOSE_CODE = 4008
-# The close code of every websocket at shutdown: "service restart", clients reconnect.
-RESTART_CLOSE_CODE = 1012
 # How often a waiting send looks at the buffer again; only while a client is behind.
 POLL = 0.05
 # At shutdown, the longest a connection accepted from the backlog may take to send its request
@@ -231,6 +230,7 @@ class ChatServer(Server):
                 if not any(awaits_its_request(protocol) for protocol in accepted):
                     break
                 await asyncio.sleep(POLL)
+        stopping.drain()  # a tab still connected here sends its next turn to another process
         if not self.bind_failed:
             log.info("stopping: no new connections; waiting up to %g s for running streams", self.grace)
             hurry = self._hurry_on_a_second_signal()

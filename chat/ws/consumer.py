@@ -29,7 +29,7 @@ from chat.lib.request_fields import (
 )
 from chat.metering.limits import FRAME_LIMIT_CLOSE_CODE, FrameLimiter
 from chat.models import ChatError, Conversation, Message
-from chat.runtime import channel_layers, control, db_busy, db_threads, metrics, process_loops
+from chat.runtime import channel_layers, control, db_busy, db_threads, metrics, process_loops, stopping
 from chat.runtime.failures import FailureStreak
 from chat.streaming import generation
 from chat.streaming.catalog import with_catalog
@@ -275,6 +275,12 @@ class ChatConsumer(LeanJsonWebsocketConsumer):
 
     async def start_turn(self, fields: dict, *, conversation_id: int | None, **turn) -> None:
         """Resolve the model, store the turn, watch the conversation and start its generation."""
+        if stopping.draining():
+            # Its stream would be cut when the grace ends: nothing is stored, the page sends it again once
+            # its socket is back, on another process.
+            await self.send_error("server_restarting", _("This server is restarting; your message goes out again."))
+            await self.close(code=stopping.RESTART_CLOSE_CODE)
+            return
         model = fields.get("model")
         if model is not None and not isinstance(model, str):
             raise ChatError("bad_field", _("`model` must be a string."))

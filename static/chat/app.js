@@ -324,20 +324,23 @@ function submit(frame, pending) {
   clearNotice("compose");
   clearNotice("attachment");
   state.pending = Object.assign(pending, { frame, tries: 0, queued: false });
-  if (!socket.send(frame)) {
-    pending.queued = true;
-    ui.reconnectingText.textContent = socket.everOpened
-      ? t("Reconnecting… your message goes out once connected.")
-      : t("Connecting…");
-    ui.reconnecting.hidden = false;
-    pending.giveUp = setTimeout(() => {
-      if (state.pending === pending && pending.queued) {
-        onError({ code: "disconnected", detail: t("Could not reach the server, so the message was not sent.") });
-      }
-    }, QUEUE_MS);
-  }
+  if (!socket.send(frame)) queue(pending);
   updateComposer();
   return true;
+}
+
+/** The turn waits for the socket (connecting, or back after a restart), QUEUE_MS at most. */
+function queue(pending) {
+  pending.queued = true;
+  ui.reconnectingText.textContent = socket.everOpened
+    ? t("Reconnecting… your message goes out once connected.")
+    : t("Connecting…");
+  ui.reconnecting.hidden = false;
+  pending.giveUp = setTimeout(() => {
+    if (state.pending === pending && pending.queued) {
+      onError({ code: "disconnected", detail: t("Could not reach the server, so the message was not sent.") });
+    }
+  }, QUEUE_MS);
 }
 
 /** The socket is open: a queued turn goes out now. */
@@ -572,6 +575,11 @@ function onError(frame) {
   const pending = state.pending;
   if (frame.code === "server_busy" && pending && pending.tries < BUSY_RETRIES) {
     retryBusy(pending);
+    return;
+  }
+  if (frame.code === "server_restarting" && pending && !pending.queued) {
+    // Nothing was stored; the server closes this socket (1012) and the turn goes out on the next one.
+    queue(pending);
     return;
   }
   if (pending && frame.code !== "not_streaming") {

@@ -6,6 +6,7 @@ page, and "it grows while it streams" is checked by capturing a length and waiti
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 
@@ -655,6 +656,38 @@ def test_a_rename_an_archive_and_a_delete_in_one_tab_reach_the_others(new_page, 
     expect(there.locator(f'#conversation-list li[data-conversation-id="{conversation.pk}"]')).to_have_count(0)
     expect(here).to_have_url(re.compile(r"/$"))
     expect(here.locator("#notice")).to_be_hidden()  # its own doing
+
+
+def test_a_turn_sent_to_a_stopping_server_goes_out_again_on_the_next_socket(new_page, alice, providers):
+    """A process that has begun its graceful stop refuses new turns (server_restarting) and closes with 1012."""
+    page = new_page(alice)
+    sockets = []
+
+    def stopping_first(route):
+        sockets.append(route)
+        server = route.connect_to_server()
+        if len(sockets) > 1:
+            return  # the next process: everything goes through
+
+        def from_page(message):
+            if json.loads(message).get("type") != "send":
+                server.send(message)
+                return
+            refusal = {"type": "error", "code": "server_restarting", "message": None,
+                       "detail": "This server is restarting; your message goes out again."}  # fmt: skip
+            route.send(json.dumps(refusal))
+            route.close(code=1012, reason="The server is restarting.")
+            server.close()
+
+        route.on_message(from_page)
+
+    page.route_web_socket(re.compile(r"/ws/chat/$"), stopping_first)
+    open_chat(page)
+    reply = send(page, "[[echo]] sent again")
+    wait_done(reply)
+    expect(reply.locator(".answer")).to_have_text("sent again")
+    expect(page.locator("#notice")).to_be_hidden()  # not "not sent": it went out on the next socket
+    assert len(sockets) == 2 and Conversation.objects.filter(owner=alice).count() == 1
 
 
 def test_another_user_cannot_see_the_conversation(new_page, alice, bob, providers):

@@ -8,7 +8,7 @@ from asgiref.sync import sync_to_async
 from django.test import Client, override_settings
 
 from chat.models import Conversation, Message, Usage
-from chat.runtime import process_loops
+from chat.runtime import process_loops, stopping
 from chat.streaming import generation
 from chat.streaming.frames import MAX_FRAME_CHARS, send_done, snapshot_frames
 from tests.conftest import MODELS
@@ -167,6 +167,17 @@ async def test_changes_made_over_the_json_api_reach_the_persons_sockets(connect,
     await sync_to_async(client.delete)(f"/api/conversations/{conversation.pk}")
     assert await ws.receive() == {"type": "conversations", "tab": "", "deleted": [conversation.pk]}
     assert await bobs.nothing_more()  # nobody else's
+
+
+async def test_a_stopping_process_starts_no_turn_and_sends_the_tab_elsewhere(connect, alice, providers, monkeypatch):
+    """Its stream would be cut when the grace ends: nothing is stored, the page sends it again after reconnecting."""
+    _, _, ws = await connect(alice)
+    monkeypatch.setattr(stopping, "_draining", True)
+    await ws.send(type="send", conversation=None, content="hello", model=I14)
+    error = await ws.receive()
+    assert (error["type"], error["code"]) == ("error", "server_restarting")
+    assert (await ws.communicator.receive_output(5)) == {"type": "websocket.close", "code": 1012}
+    assert not await Conversation.objects.filter(owner=alice).aexists()
 
 
 # --- ending paths ---------------------------------------------------------------
