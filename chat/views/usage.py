@@ -33,6 +33,7 @@ def usage(request):
         "presets": dashboard.PRESETS,
         "sources": dashboard.Usage.Source.choices,
         "query": request.GET,
+        "staff": request.user.is_staff,  # "Usage" or "My usage", on a refused filter's page too
         **dashboard.choices(request.user),
     }
     try:
@@ -46,7 +47,6 @@ def usage(request):
         model_choices=dashboard.model_choices(filters, figures),
         tool_calls=tool_usage.tool_counts(filters),
         csv_query=request.GET.urlencode(),
-        staff=request.user.is_staff,
     )
     return render(request, "usage/dashboard.html", context)
 

@@ -133,6 +133,7 @@ def test_bad_filters_get_a_sentence(server, team, django_user_model):
             assert response.status_code == 400 and sentence in response.text, (path, first)
     fax = get(server, cookie, "/usage/", source="fax")
     assert fax.status_code == 400 and "choose chat, api or titl (the titles models wrote)." in fax.text
+    assert "<title>Usage · Team chat</title>" in fax.text  # staff's page, not "My usage", with the sentence
     assert get(server, "", "/usage/").status_code == 302  # sign in first
 
 
