@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import io
 from dataclasses import asdict
 
 import httpx
@@ -74,8 +75,11 @@ def test_a_summary_that_went_wrong_is_found_and_rebuilt(alice):
     UsageDay.objects.update(requests=5)
     PersonMonth.objects.update(cost=0)
     assert len(summary_triggers.mismatches()) == 2
-    call_command("rollup")
+    Usage.objects.create(user=alice, model="m", status="complete", prompt_tokens=1)  # the same day, another shard
+    out = io.StringIO()
+    call_command("rollup", stdout=out)
     assert summary_triggers.mismatches() == []
+    assert "1 days by model, 1 days by person" in out.getvalue()  # a day's shards count once
 
 
 def figures(filters: dashboard.Filters, summaries: bool, monkeypatch) -> dict:

@@ -30,6 +30,7 @@ class Command(BaseCommand):
         if options["verbosity"]:
             self.stdout.write(
                 f"Daily summaries rebuilt in {summary_triggers.installed_zone()}: "
-                f"{UsageDay.objects.count():,} days by model, "
+                # Days by model and source: the shards of one (chat/models/rollups.py) count once.
+                f"{UsageDay.objects.values('day', 'model', 'source').distinct().count():,} days by model, "
                 f"{PersonDay.objects.count():,} days by person."
             )
