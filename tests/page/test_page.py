@@ -1018,7 +1018,8 @@ def test_tokens_page_from_the_chat_secret_once_with_a_copy_button_and_the_api_gu
 
     def hold(route):
         held.append(route.request.url)
-        body = "await new Promise((run) => { window.runTokensModule = run; });\n" + route.fetch().text()
+        held_here = "window.runTokensModule = run; document.documentElement.dataset.tokensHeld = '';"
+        body = f"await new Promise((run) => {{ {held_here} }});\n" + route.fetch().text()
         route.fulfill(body=body, content_type="text/javascript")
 
     page.route(re.compile(r"/tokens/tokens[^/]*\.js$"), hold)
@@ -1028,7 +1029,8 @@ def test_tokens_page_from_the_chat_secret_once_with_a_copy_button_and_the_api_gu
     copy = page.get_by_role("button", name="Copy")
     expect(copy).to_be_disabled()  # a click before the module runs would do nothing
     assert held
-    page.wait_for_function("typeof window.runTokensModule === 'function'")
+    # Awaited as an attribute: wait_for_function evaluates a string, which the page's CSP refuses.
+    expect(page.locator("html")).to_have_attribute("data-tokens-held", "")
     page.evaluate("window.runTokensModule()")
     copy.click()
     expect(page.locator("#copy-status")).to_have_text("Copied to the clipboard.")
