@@ -56,7 +56,13 @@ def stdio_servers() -> dict[str, dict[str, Any]]:
 
 
 def sync_stdio_servers() -> None:
-    """The file's stdio servers as rows (for their groups and tools in the admin); rows no longer in it disabled."""
+    """The file's stdio servers as rows (for their groups and tools in the admin); rows no longer in it disabled.
+
+    A process with no MCP_SERVERS_FILE has no say: in a rolling restart that adds the file, the processes not yet
+    restarted would otherwise disable the rows the new ones made (and nothing enables a disabled row again).
+    """
+    if not settings.MCP_SERVERS_FILE:
+        return
     declared = stdio_servers()
     for name in declared:
         McpServer.objects.get_or_create(name=name, defaults={"transport": McpServer.Transport.STDIO})

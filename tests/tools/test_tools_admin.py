@@ -120,3 +120,21 @@ def test_a_server_whose_address_is_link_local_is_refused_at_each_use_not_only_on
     with ThreadPoolExecutor(1) as pool:
         error = pool.submit(tool_servers.refresh_now, server).result()
     assert "169.254.169.254 is link-local or a cloud metadata service, which is refused" in error
+
+
+def test_stdio_rows_follow_the_file_and_a_process_without_one_leaves_them(stdio_file, settings):
+    """A process without MCP_SERVERS_FILE (not yet restarted with it, or the tests' live server beside a test that
+    set it) disabled every stdio row the others had made."""
+    from chat.streaming.tool_catalog import stdio_servers, sync_stdio_servers
+
+    sync_stdio_servers()
+    assert McpServer.objects.get(name="local").enabled
+    settings.MCP_SERVERS_FILE = ""
+    stdio_servers.cache_clear()
+    sync_stdio_servers()
+    assert McpServer.objects.get(name="local").enabled  # no file, no say
+    stdio_file.write_text('{"servers": {}}')
+    settings.MCP_SERVERS_FILE = str(stdio_file)
+    stdio_servers.cache_clear()
+    sync_stdio_servers()
+    assert not McpServer.objects.get(name="local").enabled  # gone from the file: disabled
