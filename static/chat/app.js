@@ -660,7 +660,6 @@ function onFrame(frame) {
 
 const sidebar = new Sidebar({
   open: (id) => openConversation(id),
-  renamed: (id, title) => id === state.conversation && setTitle(title),
   deleted: (id) => id === state.conversation && newChat(),
   changed: followChange,
   error: showNotice,

@@ -68,7 +68,7 @@ function rowAfter(list, summary, items) {
 }
 
 export class Sidebar {
-  /** handlers: open(id), renamed(id, title), deleted(id), changed(conversation JSON), error(message) */
+  /** handlers: open(id), deleted(id), changed(conversation JSON: renamed, archived, …), error(message) */
   constructor(handlers) {
     this.handlers = handlers;
     this.list = document.getElementById("conversation-list");
@@ -501,7 +501,7 @@ export class Sidebar {
     try {
       const data = await api(`/api/conversations/${id}`, { method: "PATCH", body: { title } });
       this.setTitle(id, data.title);
-      this.handlers.renamed(id, data.title);
+      this.handlers.changed(data);
       await this.refresh();
     } catch (error) {
       this.handlers.error(t("Could not rename: %(error)s", { error: error.message }));
