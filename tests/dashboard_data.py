@@ -49,9 +49,9 @@ MODELS = {  # requests, tokens, cost, TTFT p50, TTFT p95, tokens/s p50, stopped,
 
 
 def seed() -> dict[str, int]:
-    """Create alice and bob (bob in group "research"), carol (staff) and ROWS; returns user ids by name."""
+    """Create alice and bob (bob in group "research"), carol (staff who may view usage) and ROWS; user ids by name."""
     from django.contrib.auth import get_user_model
-    from django.contrib.auth.models import Group
+    from django.contrib.auth.models import Group, Permission
 
     from chat.models import Usage
 
@@ -60,6 +60,7 @@ def seed() -> dict[str, int]:
         name: User.objects.create_user(name, password=password, is_staff=name == "carol")
         for name, password in PASSWORDS.items()
     }
+    users["carol"].user_permissions.add(Permission.objects.get(codename="view_usage", content_type__app_label="chat"))
     Group.objects.create(name="research").user_set.add(users["bob"])
     Usage.objects.bulk_create(
         Usage(

@@ -85,8 +85,16 @@ def preset_range(preset: str, today: date) -> tuple[date, date]:
     return today.replace(day=1), today
 
 
+def sees_everyone(viewer) -> bool:
+    """Whether `viewer` sees the whole team's figures: the permission to view usage rows (a superuser has it).
+
+    Not is_staff alone: staff given only some of the admin (say, providers) see their own usage, as everyone does.
+    """
+    return viewer.has_perm("chat.view_usage")
+
+
 def parse_filters(query, viewer, today: date | None = None) -> Filters:
-    """Filters from a GET query; people who are not staff only ever get their own rows."""
+    """Filters from a GET query; people who may not see everyone's (sees_everyone) only ever get their own rows."""
     today = today or timezone.localdate()
     preset = query.get("period") or "month"
     if preset not in PRESETS:
@@ -103,7 +111,7 @@ def parse_filters(query, viewer, today: date | None = None) -> Filters:
     else:
         first, last = preset_range(preset, today)
     user_id, group_id = id_param(query, "user"), id_param(query, "group")
-    if not viewer.is_staff:
+    if not sees_everyone(viewer):
         if (user_id is not None and user_id != viewer.pk) or group_id is not None:
             raise FilterError(_("You can only see your own usage."), status=403)
         user_id = viewer.pk
@@ -400,8 +408,8 @@ def model_choices(filters: Filters, figures: Figures) -> list[str]:
 
 
 def choices(viewer) -> dict:
-    """People and groups for the staff filters."""
-    if not viewer.is_staff:
+    """People and groups for the filters of those who see everyone's figures."""
+    if not sees_everyone(viewer):
         return {"users": [], "groups": []}
     users = get_user_model().objects.order_by("username").values_list("pk", "username")
     return {"users": list(users), "groups": list(Group.objects.order_by("name").values_list("pk", "name"))}

@@ -1,4 +1,4 @@
-"""/usage/: the usage dashboard (everyone's for staff, one's own for everyone else) and its CSV download."""
+"""/usage/: the usage dashboard (everyone's for those who may view usage, else one's own) and its CSV download."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def usage(request):
         "presets": dashboard.PRESETS,
         "sources": dashboard.Usage.Source.choices,
         "query": request.GET,
-        "staff": request.user.is_staff,  # "Usage" or "My usage", on a refused filter's page too
+        "staff": dashboard.sees_everyone(request.user),  # "Usage" or "My usage", on a refused filter's page too
         **dashboard.choices(request.user),
     }
     try:

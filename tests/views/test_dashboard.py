@@ -108,6 +108,17 @@ def test_someone_not_staff_sees_only_their_own_figures(server, team, django_user
     assert figures(get(server, cookie, "/usage/", user=team["alice"], **MARCH))["totals"]["requests"] == 3
 
 
+def test_staff_without_the_permission_to_view_usage_see_only_their_own(server, team, django_user_model):
+    """is_staff alone (staff given, say, only the providers) is not the team's figures: the permission is."""
+    dana = django_user_model.objects.create_user("dana", password="dana-secret-pw", is_staff=True)
+    cookie = session_cookie(dana)
+    page = get(server, cookie, "/usage/", **MARCH)
+    assert figures(page)["people"] == [] and "bob" not in page.text and "<h1>My usage</h1>" in page.text
+    assert get(server, cookie, "/usage/", user=team["bob"], **MARCH).status_code == 403
+    assert get(server, cookie, "/usage/csv", group=1, **MARCH).status_code == 403
+    assert '">My usage</a>' in get(server, cookie, "/").text
+
+
 def test_the_period_is_written_out_in_the_pages_language(server, team, django_user_model):
     cookie = session_cookie(django_user_model.objects.get(username="alice"))
     english = get(server, cookie, "/usage/", **MARCH).text
