@@ -25,7 +25,7 @@ from django.utils.translation import gettext_lazy
 from chat.metering import budgets as budgets_module
 from chat.metering import summary_triggers
 from chat.metering.percentiles import PERCENTILES, percentiles
-from chat.models import Message, PersonDay, PersonMonth, Usage, UsageDay
+from chat.models import Message, PersonDay, PersonMonth, Price, Usage, UsageDay
 
 PRESETS = {
     "month": gettext_lazy("This month"),
@@ -315,6 +315,8 @@ def figures(filters: Filters) -> Figures:
             token_series.setdefault(model, [0] * len(days))[slot] += tokens
     counts = {model: {"ttft_ms": t["timed"], "tokens_per_second": t["speeds"]} for model, t in per_model.items()}
     spread = percentiles(rows, counts)
+    # A model with no price and no cost reported by its upstream costs 0 here; the page says so, not $0.
+    with_price = set(Price.objects.filter(model__in=list(per_model)).values_list("model", flat=True).distinct())
     models = []
     for model, totals in sorted(per_model.items(), key=lambda item: (-item[1]["cost"], item[0])):
         requests = totals["requests"]
@@ -324,6 +326,7 @@ def figures(filters: Filters) -> Figures:
                 "requests": requests,
                 "tokens": totals["prompt_tokens"] + totals["completion_tokens"],
                 "cost": totals["cost"],
+                "priced": bool(totals["cost"]) or model in with_price,
                 **spread.get(model, dict.fromkeys(PERCENTILES)),
                 **{f"{status}_share": totals[status] / requests if requests else 0 for status in ENDINGS},
             }

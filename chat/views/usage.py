@@ -45,6 +45,7 @@ def usage(request):
         filters=filters,
         figures=figures,
         model_choices=dashboard.model_choices(filters, figures),
+        unpriced=any(not model["priced"] for model in figures.models),
         tool_calls=tool_usage.tool_counts(filters),
         csv_query=request.GET.urlencode(),
     )

@@ -164,6 +164,34 @@ def test_csv_has_the_rows_behind_the_filters(server, team, django_user_model):
     assert [r["user"] for r in mine] == ["alice"] * 3 and mine[-1]["ttft_ms"] == "" and mine[-1]["estimated"] == "0"
 
 
+def test_a_model_with_no_price_says_so_rather_than_costing_nothing(team, django_user_model):
+    from django.test import Client
+
+    from chat.models import Price, Usage
+
+    alice, carol = (django_user_model.objects.get(username=name) for name in ("alice", "carol"))
+    march = datetime(2026, 3, 5, tzinfo=UTC)
+    for model in ("model-free", "model-unpriced"):
+        Usage.objects.create(user=alice, source="chat", model=model, started=march, prompt_tokens=5, cost=None)
+    Price.objects.create(model="model-free", prompt=0, completion=0, effective_from=datetime(2026, 1, 1, tzinfo=UTC))
+    for viewer, admin_hint in ((carol, True), (alice, False)):
+        client = Client()
+        client.force_login(viewer)
+        page = client.get("/usage/", MARCH).content.decode()
+        row = {
+            m: page.split(f'data-model="{m}"')[1].split("</tr>")[0] for m in ("model-free", "model-unpriced", "model-a")
+        }
+        assert ">no price<" in row["model-unpriced"]
+        assert "no price" not in row["model-free"] and "no price" not in row["model-a"]  # a price of 0, a cost
+        assert 'id="unpriced-note"' in page and ("Chat → Prices" in page) == admin_hint
+    Price.objects.create(
+        model="model-unpriced", prompt=1, completion=1, effective_from=datetime(2026, 1, 1, tzinfo=UTC)
+    )
+    client = Client()
+    client.force_login(carol)
+    assert 'id="unpriced-note"' not in client.get("/usage/", MARCH).content.decode()
+
+
 def test_csv_cells_never_start_a_spreadsheet_formula():
     assert dashboard.csv_cell("=HYPERLINK(1)") == "'=HYPERLINK(1)"
     assert dashboard.csv_cell("@model") == "'@model" and dashboard.csv_cell("model-a") == "model-a"
