@@ -108,6 +108,7 @@ class InviteAdmin(admin.ModelAdmin):
         if not change:
             secret = obj.new_secret()
             obj.created_by = request.user
+            obj.replaced = Invite.withdraw_waiting(obj.email)
         super().save_model(request, obj, form, change)
         if secret is not None:
             # Once the admin's transaction has committed: an SMTP server taking its EMAIL_TIMEOUT must not hold
@@ -116,6 +117,8 @@ class InviteAdmin(admin.ModelAdmin):
 
     def send(self, request, invite: Invite, secret: str) -> None:
         """E-mail the link; staff see it once too, to pass on if the e-mail does not arrive."""
+        if invite.replaced:
+            self.message_user(request, f"The earlier invite for {invite.email} is withdrawn: its link no longer works.")
         try:
             send_invite(invite, secret)
             self.message_user(request, f"Invite e-mailed to {invite.email}. Its link: {Invite.link(secret)}")
@@ -129,5 +132,6 @@ class InviteAdmin(admin.ModelAdmin):
     def send_again(self, request, queryset):
         for invite in queryset.filter(used__isnull=True):
             secret = invite.new_secret()
+            invite.replaced = Invite.withdraw_waiting(invite.email, keep=invite.pk)
             invite.save(update_fields=["digest", "expires"])
             self.send(request, invite, secret)

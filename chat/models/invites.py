@@ -53,6 +53,7 @@ class Invite(models.Model):
     )  # fmt: skip
 
     objects = InviteQuerySet.as_manager()
+    replaced = 0  # once saved: how many waiting invites for the address this one withdrew (withdraw_waiting)
 
     class Meta:
         ordering = ["-created"]
@@ -77,9 +78,17 @@ class Invite(models.Model):
             raise ChatError("exists", _("%(email)s already has an account.") % {"email": email})
         invite = cls(email=email, staff=staff, created_by=by)
         secret = invite.new_secret()
-        invite.save()
-        invite.groups.set(groups)
+        with transaction.atomic():
+            invite.replaced = cls.withdraw_waiting(email)
+            invite.save()
+            invite.groups.set(groups)
         return invite, secret
+
+    @classmethod
+    def withdraw_waiting(cls, email: str, keep: int | None = None) -> int:
+        """End the usable invites for `email` but `keep` (a new link replaces them: one link, one set of groups);
+        how many."""
+        return cls.objects.usable().filter(email__iexact=email).exclude(pk=keep).update(expires=timezone.now())
 
     def new_secret(self) -> str:
         """A new secret for the link (an earlier link stops working once saved), valid INVITE_DAYS from now."""

@@ -53,6 +53,30 @@ def test_the_admin_invites_by_e_mail(admin_user):
     assert guest.get(link).status_code == 410 and guest.get(new_link).status_code == 200
 
 
+def test_a_new_invite_for_an_address_withdraws_the_one_waiting(admin_user, capsys):
+    """One link and one set of groups per address: which link the person clicks must not decide their access."""
+    research = Group.objects.create(name="research")
+    staff = Client()
+    staff.force_login(admin_user)
+    staff.post("/admin/chat/invite/add/", {"email": "gail@example.com", "groups": [research.pk]})
+    first = LINK.search(mail.outbox[0].body).group(0)
+    again = staff.post("/admin/chat/invite/add/", {"email": "Gail@example.com"}, follow=True).content.decode()
+    assert "The earlier invite for Gail@example.com is withdrawn" in again
+    second = LINK.search(mail.outbox[1].body).group(0)
+    guest = Client()
+    assert guest.get(first).status_code == 410 and guest.get(second).status_code == 200
+    third = invite_command_in_process("gail@example.com", "--no-email").strip().splitlines()[-1]
+    assert "earlier invite for gail@example.com is withdrawn" in capsys.readouterr().err
+    assert guest.get(second).status_code == 410 and guest.get(third).status_code == 200
+    # "Send a new link" on the first invite makes it the one waiting again, and the others end.
+    oldest = Invite.objects.order_by("created").first()
+    staff.post("/admin/chat/invite/", {"action": "send_again", "_selected_action": [oldest.pk]})
+    assert (
+        guest.get(third).status_code == 410 and guest.get(LINK.search(mail.outbox[-1].body).group(0)).status_code == 200
+    )
+    assert list(Invite.objects.usable().values_list("pk", flat=True)) == [oldest.pk]
+
+
 # --- open sign-up ------------------------------------------------------------------------
 
 

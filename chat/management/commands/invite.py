@@ -28,6 +28,8 @@ class Command(BaseCommand):
             invite, secret = Invite.issue(email, staff=staff, groups=groups)
         except ChatError as exc:
             raise CommandError(exc.detail) from None
+        if invite.replaced:
+            self.stderr.write(f"The earlier invite for {invite.email} is withdrawn: its link no longer works.")
         if not no_email:
             try:
                 send_invite(invite, secret)
