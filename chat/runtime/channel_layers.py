@@ -98,7 +98,7 @@ class RedisChannelLayer(ChannelsRedisLayer):
 
     group_expiry is short so a crashed process's memberships vanish within minutes;
     the keeper re-adds this process's live memberships well before they expire, and
-    within a second of Redis's return those it could not add while Redis was away.
+    all of them within a second of Redis's return (a Redis restarted without persistence has lost them).
     What this reaches of channels-redis is in chat/compat/channels_redis.py.
     """
 
@@ -126,6 +126,7 @@ class RedisChannelLayer(ChannelsRedisLayer):
         self._keeper: asyncio.Task | None = None
         self._sender: asyncio.Task | None = None
         self.redis_ok = True  # the reader's last round trip worked
+        self._renew_now = False  # Redis is back after an outage: the keeper renews every membership at once
 
     async def receive(self, channel: str) -> dict:
         if "!" not in channel:
@@ -291,6 +292,9 @@ class RedisChannelLayer(ChannelsRedisLayer):
                 failures = 0
                 self.redis_ok = True
                 await self._sync_memberships()
+                # A Redis restarted without persistence lost every membership, not only those added while it was
+                # away: the keeper renews them all at its next tick rather than at its next turn, up to 30 s away.
+                self._renew_now = True
             self.deliver(batch, self._inbox)
 
     async def _send_forever(self) -> None:
@@ -352,9 +356,9 @@ class RedisChannelLayer(ChannelsRedisLayer):
             if self._unsynced:
                 await self._sync_memberships()
             now = time.monotonic()
-            if now - renewed < every:
+            if now - renewed < every and not self._renew_now:
                 continue
-            renewed = now
+            renewed, after_outage, self._renew_now = now, self._renew_now, False
             for group, (read, _) in list(self._members.items()):
                 if now - read > MEMBERS_TTL:
                     del self._members[group]  # read again at the group's next post
@@ -369,6 +373,10 @@ class RedisChannelLayer(ChannelsRedisLayer):
                         await super().group_add(group, channel)
             except Exception as exc:
                 log.warning("channel layer: cannot renew group memberships (%s); retrying", _describe(exc))
+                self._renew_now = self._renew_now or after_outage
+            else:
+                if after_outage:
+                    log.info("channel layer: every group membership renewed after the outage")
 
     async def _sync_memberships(self) -> None:
         """Add in Redis the memberships a Redis error kept from it (the others are renewed by the keeper)."""

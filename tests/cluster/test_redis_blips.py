@@ -182,3 +182,31 @@ async def test_a_message_sent_during_a_redis_cut_streams_on_its_process_and_leav
                 # The conversation is not blocked: a second message in it is answered too.
                 await tab.send(type="send", conversation=frames[-1]["conversation"], content="[[chunks:3]]")
                 assert (await tab.until("done", timeout=30))[-1]["status"] == "complete"
+
+
+async def test_a_redis_back_empty_after_a_restart_has_every_membership_written_again(cluster):
+    """Redis restarted without persistence has forgotten every group membership, not only those of the
+    outage: each process writes all of its own again once it reads from Redis, so a tab watching from
+    another process gets the next answer, rather than nothing until the keeper's renewal (up to 30 s)."""
+    first, second = cluster
+    cookie = sign_in(first)
+    async with Tab(first, cookie) as owner:
+        await owner.send(type="send", conversation=None, content="[[chunks:2]]")
+        conversation = (await owner.until("done"))[-1]["conversation"]
+        async with Tab(second, cookie) as watcher:
+            await watcher.send(type="attach", conversation=conversation)
+            assert (await watcher.frame())["type"] == "attached"
+            line, cut = "every group membership renewed after the outage", "cannot read from Redis"
+            before = [(server.output().count(line), server.output().count(cut)) for server in (first, second)]
+            async with redis_cut(first):
+                with redis.Redis.from_url(REDIS_URL) as client:  # the restart: nothing of the cluster's is left
+                    for key in client.scan_iter(match=f"{first.redis_prefix}*", count=1000):
+                        client.delete(key)
+                for server, (_, cuts) in zip((first, second), before, strict=True):
+                    assert await asyncio.to_thread(wait_until, lambda s=server, c=cuts: s.output().count(cut) > c)
+            for server, (renewals, _) in zip((first, second), before, strict=True):
+                assert await asyncio.to_thread(wait_until, lambda s=server, c=renewals: s.output().count(line) > c)
+            await owner.send(type="send", conversation=conversation, content="[[chunks:5]]")
+            sent, watched = await owner.until("done", timeout=30), await watcher.until("done", timeout=30)
+            assert sent[-1]["status"] == watched[-1]["status"] == "complete"
+            assert text(sent) == streamed(watched) != ""
