@@ -27,6 +27,8 @@ log = logging.getLogger(__name__)
 _model_cache: dict[int, tuple[float, object, list[str]]] = {}
 # provider pk -> {model id: what the upstream's GET /models said of it}, from the last list fetched.
 _model_items: dict[int, dict[str, dict[str, Any]]] = {}
+# provider pk -> (its `updated` then, the ids) of the last list fetched: kept through an outage.
+_last_listed: dict[int, tuple[object, list[str]]] = {}
 
 
 def timeouts() -> upstream.Timeouts:
@@ -132,10 +134,15 @@ async def _list_model_ids(provider: Provider) -> list[str]:
         items = [item for item in items if len(item["id"]) <= longest]
         _model_items[provider.pk] = {item["id"]: item for item in items}
         ids = [item["id"] for item in items]
+        _last_listed[provider.pk] = (provider.updated, ids)
         await record_health(provider)
     except upstream.UpstreamError as exc:
-        log.warning("provider %s: cannot list models: %s", provider.name, exc)
-        ids, ttl = [], 30
+        # The last list this process had of the provider, as it was configured then, stays: a request for one
+        # of its models gets the outage's own error (502) rather than "unknown model" (404), which no SDK retries.
+        last = _last_listed.get(provider.pk)
+        ids, ttl = (list(last[1]) if last is not None and last[0] == provider.updated else []), 30
+        log.warning("provider %s: cannot list models (%s); %s", provider.name, exc,
+                    f"keeping the {len(ids)} listed before" if ids else "none listed")  # fmt: skip
         await record_health(provider, str(exc))
     if provider.default_model and provider.default_model not in ids:
         ids.insert(0, provider.default_model)
