@@ -40,14 +40,18 @@ _recording: set[asyncio.Task] = set()
 PASSED_HEADERS = ("x-request-id", "retry-after")
 
 
+STREAMS_RETRY_SECONDS = 2  # Retry-After of a refusal over the streams-at-once limit
+
+
 def openai_error(status: int, message: str, type: str, code: str | None = None) -> HttpResponse:
     return HttpResponse(error_body(message, type, code), status=status, content_type="application/json")
 
 
 def unauthorized() -> HttpResponse:
     response = openai_error(
-        401, "Missing or invalid API token. Send `Authorization: Bearer <token>`.", "invalid_request_error",
-        "invalid_api_key",
+        # OpenAI's own words: clients such as LiteLLM tell a wrong key from a bad request by them.
+        401, "Incorrect API key provided: send `Authorization: Bearer <token>` with an active personal API token.",
+        "invalid_request_error", "invalid_api_key",
     )  # fmt: skip
     response["WWW-Authenticate"] = "Bearer"
     return response
@@ -183,6 +187,10 @@ def too_many(exc: limits.LimitExceeded) -> HttpResponse:
     response = openai_error(429, exc.detail, "rate_limit_error", exc.code)
     if exc.retry_after is not None:
         response["Retry-After"] = str(exc.retry_after)
+    elif exc.code == "too_many_streams":
+        # One of the person's streams may end at any moment: a short wait, which the SDKs' retries honour,
+        # rather than their own backoff of under a second.
+        response["Retry-After"] = str(STREAMS_RETRY_SECONDS)
     return response
 
 
@@ -192,7 +200,10 @@ async def over_budget(meter: MeteredRequest, exc: budgets.BudgetExceeded) -> Htt
         await db_threads.run(meter.refuse)(exc)
     except Exception:
         log.exception("could not record a refused API request for %s", meter.token.user)
-    return openai_error(429, exc.detail, "insufficient_quota", exc.code)
+    response = openai_error(429, exc.detail, "insufficient_quota", exc.code)
+    # Not until the budget grows or the month turns: an SDK's retries would only add refused requests.
+    response["x-should-retry"] = "false"
+    return response
 
 
 def upstream_error(exc: upstream.UpstreamError, provider: str = "") -> HttpResponse:
@@ -201,7 +212,7 @@ def upstream_error(exc: upstream.UpstreamError, provider: str = "") -> HttpRespo
     Logged here, once, naming the provider; not again as Django's "Internal Server Error" (not our bug).
     """
     log.warning("/v1: provider %s failed (%s)", provider or "?", exc)
-    return already_logged(_upstream_response(exc))
+    return already_logged(_upstream_response(exc, provider))
 
 
 def already_logged(response: HttpResponse) -> HttpResponse:
@@ -209,7 +220,17 @@ def already_logged(response: HttpResponse) -> HttpResponse:
     return response
 
 
-def _upstream_response(exc: upstream.UpstreamError) -> HttpResponse:
+def _upstream_response(exc: upstream.UpstreamError, provider: str = "") -> HttpResponse:
+    if exc.kind == "http" and exc.status == 401:
+        # The provider refused this server's key, not the client's token: passed on as it was, it made the SDKs
+        # raise AuthenticationError, as for a wrong personal token. The upstream's words stay in the log. (A 403
+        # is passed on: i14's, for one, refuses the model the client asked for.)
+        response = openai_error(
+            502, f"The provider “{provider}” refused this server's API key (HTTP 401): an administrator needs "
+            "to check it.", "upstream_error", "upstream_auth",
+        )  # fmt: skip
+        response["x-should-retry"] = "false"  # the SDKs' own header: the same request would be refused again
+        return response
     if exc.kind == "http" and exc.status:
         body = exc.body or b""
         try:

@@ -374,6 +374,11 @@ def test_v1_over_budget_is_a_429_insufficient_quota_and_nothing_goes_upstream(se
     assert (refused.prompt_tokens, refused.total_tokens) == (0, 0)
     month = PersonMonth.objects.get(user=alice, source="api")
     assert (month.requests, month.prompt_tokens) == (1, 0)
+    # An SDK that retries (its default) does not here: the refusal says so (x-should-retry), one row more only.
+    with pytest.raises(openai.RateLimitError) as again:
+        openai.OpenAI(base_url=server.url + "/v1", api_key=token, max_retries=2).chat.completions.create(**body("hi"))
+    assert again.value.response.headers["x-should-retry"] == "false"
+    assert Usage.objects.filter(status="refused").count() == 2
 
 
 def test_an_api_tokens_own_budget_limits_that_token_only(server, alice, providers, fake):

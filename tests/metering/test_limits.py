@@ -103,6 +103,7 @@ def test_api_streams_are_capped_per_token_and_per_user_across_processes(limited,
                 assert refused.status_code == 429
                 error = refused.json()["error"]
                 assert error["code"] == "too_many_streams" and error["type"] == "rate_limit_error"
+                assert refused.headers["retry-after"] == "2"  # a short wait the SDKs' retries honour
                 assert "you have 3 running" in error["message"]
                 assert len(fake.app.streams) == sent + 1
                 assert streaming_rows() == 3

@@ -192,12 +192,21 @@ def test_upstream_errors_raise_the_sdks_exceptions(sdk, providers, model, conten
         assert Usage.objects.get().status == "failed"
 
 
-def test_upstream_key_refused_is_an_authentication_error(sdk, providers):
+@pytest.mark.parametrize("stream", [True, False])
+def test_upstream_key_refused_is_the_servers_fault_not_the_clients(server, token, providers, fake, stream):
+    """Not AuthenticationError, which says the client's own token is wrong: 502, and no retry by the SDK."""
     providers["infyrence"].api_key = "wrong"
     providers["infyrence"].model_list = "claude-sonnet-5"  # GET /models would be refused too
     providers["infyrence"].save()
-    with pytest.raises(openai.AuthenticationError):
-        sdk.chat.completions.create(model="claude-sonnet-5", messages=[{"role": "user", "content": "hi"}])
+    sdk = openai.OpenAI(base_url=server.url + "/v1", api_key=token, max_retries=2)
+    with pytest.raises(openai.InternalServerError) as caught:
+        sdk.chat.completions.create(
+            model="claude-sonnet-5", messages=[{"role": "user", "content": "hi"}], stream=stream
+        )
+    assert caught.value.status_code == 502 and caught.value.code == "upstream_auth"
+    assert "“infyrence” refused this server's API key" in caught.value.message and "wrong" not in caught.value.message
+    assert len(fake.app.streams) == 1  # x-should-retry: false, which the SDK obeys
+    assert Usage.objects.get().status == "failed"
 
 
 @pytest.mark.parametrize(
