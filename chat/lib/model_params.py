@@ -35,6 +35,11 @@ NUMBER_PARAMS = {
 # The per-conversation params of the chat page.
 CHAT_PARAMS = frozenset({*NUMBER_PARAMS, "max_tokens", "stop"})
 MESSAGE_ROLES = ("system", "user", "assistant", "tool")
+# OpenAI's newer name for the system role, which its SDKs' types and reasoning-model clients send; the dialects
+# the server speaks document `system`, which it becomes.
+DEVELOPER_ROLE = "developer"
+REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
+VERBOSITIES = ("low", "medium", "high")
 # Keys the OpenAI SDKs (and litellm: `images`) copy back from a completion's message; accepted, not forwarded.
 ECHOED_MESSAGE_KEYS = frozenset({"refusal", "annotations", "audio", "function_call", "images"})
 # An assistant message's reasoning as clients append it back: `reasoning_content` (i14, litellm),
@@ -140,7 +145,9 @@ def check_request(
             raise ParamError(name, f"Unrecognized request argument supplied: {name}", "unknown_parameter")
         if value is None and name not in ("model", "messages"):
             continue
-        out[name] = check(value, max_tokens=max_tokens, max_n=max_n, name=name, max_image_bytes=max_image_bytes)
+        checked = check(value, max_tokens=max_tokens, max_n=max_n, name=name, max_image_bytes=max_image_bytes)
+        if checked is not None:
+            out[name] = checked
     if not isinstance(out.get("model"), str) or not out["model"]:
         raise ParamError("model", "you must provide a model parameter", "missing_model")
     if "messages" not in out:
@@ -208,11 +215,36 @@ def _stream_options(value: Any, **_: Any) -> dict[str, bool]:
     if not isinstance(value, dict):
         raise ParamError("stream_options", "`stream_options` must be an object.")
     for key, item in value.items():
-        if key != "include_usage":
+        if key not in ("include_usage", "include_obfuscation"):
             raise ParamError(f"stream_options.{key}", f"Unrecognized stream option: {key}", "unknown_parameter")
         if not isinstance(item, bool):
-            raise ParamError("stream_options.include_usage", "`stream_options.include_usage` must be a boolean.")
-    return dict(value)
+            raise ParamError(f"stream_options.{key}", f"`stream_options.{key}` must be a boolean.")
+    # OpenAI's padding against length side channels: not asked of an upstream that does not document it.
+    return {key: item for key, item in value.items() if key == "include_usage"}
+
+
+def _choice_of(*values: str):
+    def check(value: Any, *, name: str, **_: Any) -> str:
+        if value not in values:
+            raise ParamError(name, f"`{name}` must be one of {', '.join(values)}.")
+        return value
+
+    return check
+
+
+def _dropped(kind: type):
+    """A field OpenAI's SDKs and agents send that no upstream here acts on: checked for its type, never forwarded."""
+
+    def check(value: Any, *, name: str, **_: Any) -> None:
+        if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
+            raise ParamError(name, f"`{name}` must be {'an object' if kind is dict else f'a {kind.__name__}'}.")
+
+    return check
+
+
+def _logprobs(value: Any, **_: Any) -> None:
+    if value is not False:  # asked for, it would be a promise no upstream here keeps
+        raise ParamError("logprobs", "`logprobs` is not supported on this server.", "unsupported_parameter")
 
 
 def _text_content(value: Any, param: str, *, nullable: bool = False, max_image_bytes: int = 0) -> str | list | None:
@@ -298,8 +330,11 @@ def _messages(value: Any, *, max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES, **_
         if not isinstance(message, dict):
             raise ParamError(param, "Each message must be an object.")
         role = message.get("role")
+        if role == DEVELOPER_ROLE:
+            role = "system"
         if role not in MESSAGE_ROLES:
-            raise ParamError(f"{param}.role", f"`role` must be one of {', '.join(MESSAGE_ROLES)}.")
+            roles = ", ".join((*MESSAGE_ROLES, DEVELOPER_ROLE))
+            raise ParamError(f"{param}.role", f"`role` must be one of {roles}.")
         clean: dict[str, Any] = {"role": role}
         known = MESSAGE_KEYS[role]
         for key, item in message.items():
@@ -428,5 +463,16 @@ _REQUEST_FIELDS = {
     "tool_choice": _tool_choice,
     "parallel_tool_calls": _bool,
     "response_format": _response_format,
+    "reasoning_effort": _choice_of(*REASONING_EFFORTS),
+    "verbosity": _choice_of(*VERBOSITIES),
+    # Accepted and not forwarded (None): storage, tracing and caching hints, OpenAI's own service tiers.
+    "store": _dropped(bool),
+    "metadata": _dropped(dict),
+    "prompt_cache_key": _dropped(str),
+    "safety_identifier": _dropped(str),
+    "service_tier": _dropped(str),
+    "logprobs": _logprobs,
 }
 SUPPORTED_FIELDS = tuple(_REQUEST_FIELDS)
+DROPPED_FIELDS = ("store", "metadata", "prompt_cache_key", "safety_identifier", "service_tier", "logprobs")
+FORWARDED_FIELDS = tuple(name for name in SUPPORTED_FIELDS if name not in DROPPED_FIELDS)

@@ -13,7 +13,15 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from chat.lib.model_params import MAX_TOOLS, MAX_USER_LENGTH, ParamError, check_param, is_int
+from chat.lib.model_params import (
+    MAX_TOOLS,
+    MAX_USER_LENGTH,
+    REASONING_EFFORTS,
+    VERBOSITIES,
+    ParamError,
+    check_param,
+    is_int,
+)
 
 # Output item ids name their response (resp_<hex>): an item_reference finds its stored response by its id alone.
 ITEM_ID = re.compile(r"^(?:rs|msg|fc)_([0-9a-f]{24})_\d+$")
@@ -269,6 +277,10 @@ def _reasoning(request: ResponsesRequest, value: Any, _: int) -> None:
         "effort": value.get("effort"),
         "summary": value.get("summary") or value.get("generate_summary"),
     }
+    if value.get("effort") is not None:  # forwarded as chat completions' reasoning_effort
+        if value["effort"] not in REASONING_EFFORTS:
+            raise ParamError("reasoning.effort", f"`reasoning.effort` must be one of {', '.join(REASONING_EFFORTS)}.")
+        request.params["reasoning_effort"] = value["effort"]
 
 
 def _metadata(request: ResponsesRequest, value: Any, _: int) -> None:
@@ -285,8 +297,16 @@ def _metadata(request: ResponsesRequest, value: Any, _: int) -> None:
 
 def _text(request: ResponsesRequest, value: Any, _: int) -> None:
     fmt = value.get("format") if isinstance(value, dict) else None
-    if not isinstance(value, dict) or set(value) - {"format"} or (fmt is not None and not isinstance(fmt, dict)):
-        raise ParamError("text", "`text` may only be {format}.")
+    if (
+        not isinstance(value, dict)
+        or set(value) - {"format", "verbosity"}
+        or (fmt is not None and not isinstance(fmt, dict))
+    ):
+        raise ParamError("text", "`text` may only be {format?, verbosity?}.")
+    if value.get("verbosity") is not None:  # forwarded as chat completions' verbosity
+        if value["verbosity"] not in VERBOSITIES:
+            raise ParamError("text.verbosity", f"`text.verbosity` must be one of {', '.join(VERBOSITIES)}.")
+        request.params["verbosity"] = value["verbosity"]
     if fmt is None:
         return
     kind = fmt.get("type")
@@ -316,8 +336,19 @@ def _include(request: ResponsesRequest, value: Any, _: int) -> None:
 
 
 def _truncation(request: ResponsesRequest, value: Any, _: int) -> None:
-    if value != "disabled":
-        raise ParamError("truncation", '`truncation` must be "disabled": this server never drops input.')
+    # "auto" lets a server drop input that does not fit; this one never does, which "auto" allows too.
+    if value not in ("disabled", "auto"):
+        raise ParamError("truncation", '`truncation` must be "disabled" or "auto": this server never drops input.')
+
+
+def _dropped(name: str):
+    """A hint OpenAI's clients send that no upstream here acts on (caching, safety tracing, service tiers)."""
+
+    def check(request: ResponsesRequest, value: Any, _: int) -> None:
+        if not isinstance(value, str):
+            raise ParamError(name, f"`{name}` must be a string.")
+
+    return check
 
 
 _FIELDS = {
@@ -339,6 +370,9 @@ _FIELDS = {
     "text": _text,
     "include": _include,
     "truncation": _truncation,
+    "prompt_cache_key": _dropped("prompt_cache_key"),
+    "safety_identifier": _dropped("safety_identifier"),
+    "service_tier": _dropped("service_tier"),
 }
 SUPPORTED_FIELDS = tuple(_FIELDS)
 

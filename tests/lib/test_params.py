@@ -57,6 +57,11 @@ def sdk(server, alice, providers):
             "messages[0].content[0]",
         ),
         ({"messages": [{"role": "tool", "content": "42"}]}, "messages[0].tool_call_id"),
+        ({"logprobs": True}, "logprobs"),  # accepted as false only: no upstream here returns them
+        ({"reasoning_effort": "extreme"}, "reasoning_effort"),
+        ({"store": "yes"}, "store"),
+        ({"metadata": ["a"]}, "metadata"),
+        ({"stream_options": {"include_obfuscation": 1}}, "stream_options.include_obfuscation"),
     ],
 )
 def test_unsupported_or_out_of_range_fields_are_refused_naming_the_param(sdk, fake, extra, param):
@@ -95,7 +100,25 @@ def test_only_the_supported_fields_reach_the_upstream(sdk, fake):
         "content": None,
         "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}],
     }  # the SDK's echoed `refusal` is accepted and not forwarded
-    assert set(sent) <= set(model_params.SUPPORTED_FIELDS)
+    assert set(sent) <= set(model_params.FORWARDED_FIELDS)
+
+
+def test_what_openais_clients_add_is_taken_and_only_what_an_upstream_acts_on_is_forwarded(sdk, fake):
+    """developer messages, reasoning effort and verbosity go on; storage, tracing and caching hints stay here."""
+    sdk.chat.completions.create(
+        model=I14,
+        messages=[{"role": "developer", "content": "Be brief."}, {"role": "user", "content": "[[echo]] hi"}],
+        stream=True,
+        extra_body={
+            "reasoning_effort": "low", "verbosity": "high", "store": False, "metadata": {"run": "7"},
+            "prompt_cache_key": "k", "safety_identifier": "u1", "service_tier": "auto", "logprobs": False,
+            "stream_options": {"include_usage": True, "include_obfuscation": False},
+        },
+    ).close()  # fmt: skip
+    sent = fake.app.last().body
+    assert sent["messages"][0] == {"role": "system", "content": "Be brief."}
+    assert (sent["reasoning_effort"], sent["verbosity"]) == ("low", "high")
+    assert not set(sent) & set(model_params.DROPPED_FIELDS) and "include_obfuscation" not in sent["stream_options"]
 
 
 def test_the_check_keeps_only_known_fields_and_drops_nulls():

@@ -37,6 +37,31 @@ def test_text_input_instructions_and_fields_become_a_chat_request():
     }
 
 
+def test_what_codex_style_clients_add_is_taken_and_only_effort_and_verbosity_go_on():
+    request = parse_responses_request(
+        {"model": "m", "input": "hi", "reasoning": {"effort": "low", "summary": "auto"}, "truncation": "auto",
+         "text": {"format": {"type": "text"}, "verbosity": "low"}, "prompt_cache_key": "thread-1",
+         "safety_identifier": "u1", "service_tier": "auto"},
+        max_tokens=100,
+    )  # fmt: skip
+    assert request.chat_body(request.items) == {
+        "model": "m",
+        "messages": [{"role": "user", "content": "hi"}],
+        "reasoning_effort": "low",
+        "verbosity": "low",
+    }
+    refused = [
+        ({"reasoning": {"effort": "max"}}, "reasoning.effort"),
+        ({"text": {"verbosity": 1}}, "text.verbosity"),
+        ({"truncation": "middle"}, "truncation"),
+        ({"prompt_cache_key": 7}, "prompt_cache_key"),
+    ]
+    for bad, param in refused:
+        with pytest.raises(ParamError) as caught:
+            parse_responses_request({"model": "m", "input": "hi", **bad}, max_tokens=100)
+        assert caught.value.param == param
+
+
 def test_items_become_messages_calls_joining_the_assistant_turn_and_reasoning_dropped():
     request = parse_responses_request(
         {"model": "m", "input": [

@@ -156,7 +156,8 @@ def test_reasoning_fields_and_nulls_in_an_assistant_message_are_accepted_and_not
 @pytest.mark.parametrize(
     ("body", "param", "message"),
     [
-        ({"reasoning_effort": "high"}, "reasoning_effort", "Unrecognized request argument supplied: reasoning_effort"),
+        ({"reasoning": {"effort": "high"}}, "reasoning", "Unrecognized request argument supplied: reasoning"),
+        ({"top_k": 40}, "top_k", "Unrecognized request argument supplied: top_k"),
         ({"messages": [{"role": "assistant", "content": "x", "thoughts": "y"}]}, "messages[0].thoughts",
          "Unrecognized field `thoughts` in an assistant message."),
         ({"messages": [{"role": "user", "content": "x", "reasoning": "y"}]}, "messages[0].reasoning",

@@ -228,7 +228,7 @@ def test_upstream_errors_keep_their_status(sdk, fake):
     [
         ({"model": "claude-sonnet-5", "input": "hi", "background": True}, "background"),
         ({"model": "claude-sonnet-5", "input": "hi", "tools": [{"type": "web_search"}]}, "tools[0]"),
-        ({"model": "claude-sonnet-5", "input": "hi", "truncation": "auto"}, "truncation"),
+        ({"model": "claude-sonnet-5", "input": "hi", "truncation": "middle"}, "truncation"),
         ({"model": "claude-sonnet-5", "input": [{"type": "file_search_call", "id": "x"}]}, "input[0].type"),
         ({"model": "claude-sonnet-5", "input": ""}, "input"),
         ({"model": "claude-sonnet-5", "input": "hi", "previous_response_id": "resp_nope"}, "previous_response_id"),
