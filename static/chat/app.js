@@ -813,25 +813,45 @@ document.addEventListener("click", (event) => {
   if (thumb) imageViewer.open(thumb.dataset.url, thumb.querySelector("img")?.alt || "");
 });
 
-// Phone-sized screens: the sidebar slides over the page behind the menu button.
+// Phone-sized screens (and a desktop zoomed in): the sidebar slides over the page behind the menu button,
+// as a drawer: focus goes into it, the page behind takes no focus or clicks (inert), Escape or the close
+// button closes it and focus returns to the menu button.
+const behindDrawer = [document.querySelector("main.main"), $("skip-link")];
+const sidebarOpen = () => ui.layout.classList.contains("sidebar-open");
+function openSidebar(focus = $("close-sidebar")) {
+  ui.layout.classList.add("sidebar-open");
+  ui.menu.setAttribute("aria-expanded", "true");
+  for (const element of behindDrawer) element.inert = true;
+  focus.focus();
+}
+/** Close the drawer; true when it was open. Focus left inside it (now hidden) goes back to the menu button. */
 function closeSidebar() {
+  if (!sidebarOpen()) return false;
   ui.layout.classList.remove("sidebar-open");
   ui.menu.setAttribute("aria-expanded", "false");
+  for (const element of behindDrawer) element.inert = false;
+  const sidebarElement = $("sidebar");
+  if (sidebarElement.contains(document.activeElement) || document.activeElement === document.body) {
+    if (getComputedStyle(ui.menu).display !== "none") ui.menu.focus();
+  }
+  return true;
 }
-ui.menu.addEventListener("click", () => {
-  const open = ui.layout.classList.toggle("sidebar-open");
-  ui.menu.setAttribute("aria-expanded", String(open));
-});
+ui.menu.addEventListener("click", () => (sidebarOpen() ? closeSidebar() : openSidebar()));
 $("scrim").addEventListener("click", closeSidebar);
 $("close-sidebar").addEventListener("click", closeSidebar);
+// Widened past the phone layout while open: the sidebar is part of the page again, and the page usable.
+window.matchMedia("(max-width: 800px)").addEventListener("change", (event) => {
+  if (!event.matches) closeSidebar();
+});
 
 installShortcuts({
   search() {
-    // On a phone the list is behind the menu button: open it first.
-    if (getComputedStyle(ui.menu).display !== "none" && !ui.layout.classList.contains("sidebar-open")) ui.menu.click();
+    // On a phone the list is behind the menu button: open it first, on the search box.
+    if (getComputedStyle(ui.menu).display !== "none" && !sidebarOpen()) openSidebar($("search"));
     $("search").focus();
     $("search").select();
   },
+  closeDrawer: closeSidebar,
   newChat: () => newChat(),
   copyLast() {
     const button = [...ui.thread.querySelectorAll("article.message.assistant [data-action=copy]")].at(-1);

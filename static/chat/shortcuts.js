@@ -1,10 +1,13 @@
 // The chat page's keyboard shortcuts, the ones people know from other chat apps: Ctrl+K search,
-// Ctrl+Shift+O new chat, Ctrl+Shift+C copy the last answer, Shift+Esc the message box, Esc stop,
-// Ctrl+/ their list (templates/chat/shortcuts.html, also on the settings page). Cmd on a Mac.
+// Ctrl+Shift+O new chat, Ctrl+Shift+C copy the last answer, Shift+Esc the message box, Esc stop (or close
+// the phone's drawer), Ctrl+/ their list (templates/chat/shortcuts.html, also on the settings page). Cmd on a Mac.
+
+// Fields whose own Escape comes first (a search box clears, a select closes): not a stop. The message box is not one.
+const OWN_ESCAPE = "input:not(#input), select, textarea:not(#input)";
 
 /**
  * actions: search(), newChat(), copyLast(), focusComposer(), stop() (true when it stopped something),
- * showList(). Returns nothing; listens on the document.
+ * showList(), closeDrawer() (true when the phone's drawer was open). Returns nothing; listens on the document.
  */
 export function installShortcuts(actions) {
   document.addEventListener("keydown", (event) => {
@@ -26,7 +29,7 @@ export function installShortcuts(actions) {
     } else if (event.key === "Escape" && event.shiftKey && !mod) {
       if (!modal) done = actions.focusComposer() !== false;
     } else if (event.key === "Escape" && !event.shiftKey && !mod && !modal) {
-      done = actions.stop() === true;
+      done = actions.closeDrawer() === true || (!event.target.matches?.(OWN_ESCAPE) && actions.stop() === true);
     }
     if (done) event.preventDefault();
   });

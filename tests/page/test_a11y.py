@@ -92,7 +92,15 @@ def test_sending_stopping_regenerating_renaming_and_deleting_by_keyboard_alone(p
     reply = page.locator("article.message.assistant").last
     expect(reply).to_have_attribute("data-status", "streaming")
     expect(box).to_be_focused()  # focus stays in the composer while it streams
-    page.keyboard.press("Escape")  # stops the stream
+    # Escape in the search box is the box's own (it clears it), not a stop.
+    page.keyboard.press("Control+k")
+    page.keyboard.type("zz")
+    page.keyboard.press("Escape")
+    expect(page.get_by_label("Search conversations")).to_have_value("")
+    expect(reply).to_have_attribute("data-status", "streaming")
+    page.keyboard.press("Shift+Escape")
+    expect(box).to_be_focused()
+    page.keyboard.press("Escape")  # in the message box, it stops the stream
     wait_done(reply, "stopped")
     # Regenerate: Tab from the composer backwards reaches the answer's buttons.
     regenerate = reply.get_by_role("button", name="Regenerate")

@@ -72,3 +72,46 @@ def test_the_header_fits_360_px_with_the_title_whole(new_page, alice, providers)
     picker = page.get_by_label("Model").bounding_box()
     assert picker["width"] >= 200, picker
     screenshot(page, "phone-header-360")
+
+
+@pytest.mark.parametrize("size", ["phone", "zoomed"])
+def test_the_drawer_takes_the_focus_keeps_it_and_gives_it_back(new_page, alice, providers, size):
+    """On a phone, and on a desktop at 200 % (640 px wide), the sidebar is a drawer: by keyboard alone it opens
+    with the focus inside, the page behind is out of reach, and Escape or Close hands the focus back."""
+    options = PHONE if size == "phone" else {"viewport": {"width": 640, "height": 400}}
+    conversation_for(alice, "Lunch", "hi", "ho")
+    page = new_page(alice, **options)
+    open_chat(page)
+    menu = page.get_by_role("button", name="Menu", exact=True)
+    menu.focus()
+    page.keyboard.press("Enter")
+    expect(menu).to_have_attribute("aria-expanded", "true")
+    expect(page.get_by_role("button", name="Close menu")).to_be_focused()
+    stops = set()
+    for _ in range(16):  # round the drawer and beyond: never into the page behind, which is inert
+        page.keyboard.press("Tab")
+        where = page.evaluate(
+            "(e => e.closest('#sidebar') ? 'drawer:' + (e.id || e.textContent.trim().slice(0, 20))"
+            " : e === document.body ? 'body' : 'behind:' + (e.id || e.tagName))(document.activeElement)"
+        )
+        assert not where.startswith("behind"), where
+        stops.add(where)
+    assert "drawer:search" in stops and "drawer:close-sidebar" in stops, stops
+    page.keyboard.press("Escape")
+    expect(menu).to_have_attribute("aria-expanded", "false")
+    expect(menu).to_be_focused()
+    expect(page.locator("#sidebar")).not_to_be_in_viewport()
+    page.keyboard.press("Enter")
+    page.keyboard.press("Enter")  # on Close menu
+    expect(menu).to_be_focused()
+    expect(menu).to_have_attribute("aria-expanded", "false")
+    # Ctrl+K opens it on the search box, whatever had the focus.
+    page.get_by_label("Message", exact=True).focus()
+    page.keyboard.press("Control+k")
+    expect(page.get_by_label("Search conversations")).to_be_focused()
+    page.keyboard.type("lun")
+    expect(page.locator("#conversation-list li")).to_have_count(1)
+    # Wider again while open: the page is usable, not left inert behind a drawer that is gone.
+    page.set_viewport_size({"width": 1200, "height": 800})
+    page.get_by_label("Message", exact=True).focus()
+    expect(page.get_by_label("Message", exact=True)).to_be_focused()
