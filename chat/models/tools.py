@@ -8,18 +8,38 @@ go to a page, a frame or a log line.
 
 from __future__ import annotations
 
+import hashlib
+import re
+
 from django.conf import settings
 from django.contrib.auth.models import Group
+from django.core.validators import RegexValidator
 from django.db import models
 from django.utils import timezone
 
-# How a tool is named to the model: <server>__<tool> (OpenAI function names: letters, digits, _ and -).
+# How a tool is named to the model: <server>__<tool>.
 NAME_SEPARATOR = "__"
+# What OpenAI's and Anthropic's APIs accept as a function's name; MCP allows more (dots, 128 characters).
+FUNCTION_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+NAME_HASH = 8  # hex digits that keep a name made to fit distinct
+# Two underscores in a server's name would make tool names ambiguous (server a, tool b__c; server a__b, tool c).
+ONE_SEPARATOR = RegexValidator(
+    NAME_SEPARATOR, inverse_match=True,
+    message="Two underscores in a row separate a server's name from its tools' names: use one, or a hyphen.",
+)  # fmt: skip
 
 
 def tool_name(server: str, tool: str) -> str:
-    """A tool's name as the model sees it: its server's name, NAME_SEPARATOR, the tool's own (tests__echo)."""
-    return f"{server}{NAME_SEPARATOR}{tool}"
+    """A tool's name as the model sees it: its server's name, NAME_SEPARATOR, the tool's own (tests__echo).
+
+    One a provider would refuse (files.read, or over 64 characters) is made to fit, the same in every process:
+    other characters become _, it is cut, and a hash of the whole name keeps it apart from any other.
+    """
+    name = f"{server}{NAME_SEPARATOR}{tool}"
+    if FUNCTION_NAME.fullmatch(name):
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:NAME_HASH]
+    return f"{re.sub(r'[^A-Za-z0-9_-]', '_', name)[: 64 - NAME_HASH - 1]}_{digest}"
 
 
 class McpServerQuerySet(models.QuerySet):
@@ -43,9 +63,9 @@ class McpServer(models.Model):
         DOWN = "down"
 
     name = models.SlugField(
-        max_length=40, unique=True,
-        help_text="Letters, digits and hyphens; the model sees each tool as this name, two underscores and the tool's "
-        "name (a server named tests: tests__echo).",
+        max_length=40, unique=True, validators=[ONE_SEPARATOR],
+        help_text="Letters, digits, hyphens and single underscores; the model sees each tool as this name, two "
+        "underscores and the tool's name (a server named tests: tests__echo).",
     )  # fmt: skip
     transport = models.CharField(max_length=10, choices=Transport.choices, default=Transport.HTTP)
     url = models.URLField("URL", max_length=500, blank=True, help_text="The server's Streamable HTTP endpoint.")

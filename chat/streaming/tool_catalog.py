@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 
 from chat.models import McpServer, McpTool, tool_name
 from chat.streaming.mcp_client import Endpoint
@@ -52,7 +53,17 @@ def stdio_servers() -> dict[str, dict[str, Any]]:
     except (OSError, ValueError, AttributeError) as exc:
         log.error("MCP_SERVERS_FILE %s cannot be read: %s", path, exc)
         return {}
-    return {str(name): spec for name, spec in servers.items() if isinstance(spec, dict) and spec.get("command")}
+    usable = {}
+    for name, spec in servers.items():
+        if not isinstance(spec, dict) or not spec.get("command"):
+            continue
+        try:
+            McpServer._meta.get_field("name").run_validators(str(name))
+        except ValidationError as exc:
+            log.error("MCP_SERVERS_FILE %s: server %r is left out: %s", path, name, " ".join(exc.messages))
+            continue
+        usable[str(name)] = spec
+    return usable
 
 
 def sync_stdio_servers() -> None:
@@ -65,7 +76,9 @@ def sync_stdio_servers() -> None:
         return
     declared = stdio_servers()
     for name in declared:
-        McpServer.objects.get_or_create(name=name, defaults={"transport": McpServer.Transport.STDIO})
+        server, _ = McpServer.objects.get_or_create(name=name, defaults={"transport": McpServer.Transport.STDIO})
+        if server.transport != McpServer.Transport.STDIO:
+            log.warning("MCP_SERVERS_FILE: server %r is left out: an HTTP server has that name in the admin", name)
     gone = McpServer.objects.filter(transport=McpServer.Transport.STDIO, enabled=True).exclude(name__in=list(declared))
     if gone.exists():  # read first: run on every refresh tick, it writes nothing while nothing changed
         gone.update(enabled=False)
@@ -99,6 +112,9 @@ def tools_for(user, chosen: list[str] | None) -> tuple[ToolSpec, ...]:
                 continue
             name = tool_name(server.name, tool["name"])
             if chosen is not None and name not in chosen:
+                continue
+            if any(spec.name == name for spec in specs):  # server a, tool b__c and server a__b, tool c
+                log.warning("MCP tool %s of server %s is left out: another tool has that name", tool["name"], server)
                 continue
             specs.append(ToolSpec(
                 name=name, server=server.name, tool=tool["name"], description=tool.get("description") or "",
