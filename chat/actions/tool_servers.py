@@ -57,7 +57,7 @@ def _store(pk: int, tools: list[dict] | None, error: str) -> None:
 
 
 def refresh_now(server: McpServer) -> str:
-    """refresh() from synchronous code (the admin's save and "Test connection"), stored in the caller's transaction."""
+    """refresh() from synchronous code (the admin's save, once committed, and "Test connection"); stored at once."""
     tools, error = async_to_sync(_listing)(server)
     _store(server.pk, tools, error)
     return error

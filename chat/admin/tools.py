@@ -10,6 +10,7 @@ import orjson
 from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
+from django.db import transaction
 from django.utils.html import format_html, format_html_join
 
 from chat.actions import tool_servers
@@ -137,7 +138,9 @@ class McpServerAdmin(admin.ModelAdmin):
 
     def save_model(self, request, obj, form, change):
         super().save_model(request, obj, form, change)
-        self._refresh(request, obj)
+        # Listed once the admin's transaction has committed: a server that takes its MCP_CALL_SECONDS to answer
+        # must not hold the database (SQLite's write lock, every chat's saves) meanwhile.
+        transaction.on_commit(lambda: self._refresh(request, obj))
 
     def _refresh(self, request, server: McpServer) -> None:
         error = tool_servers.refresh_now(server)

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import socket
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
+from django.db import connection
 
 from chat.models import Conversation, ConversationRead, McpServer, McpTool, Message, ToolCall
 from tests.fakeserver import FakeServer
@@ -59,6 +63,23 @@ def test_a_server_saved_with_its_secret_lists_its_tools_and_never_shows_the_secr
     response = staff_client.post("/admin/chat/mcpserver/", action, follow=True)
     said = [str(m) for m in response.context["messages"]]
     assert any(text.startswith("“guarded” is up: echo, add") for text in said), said
+
+
+def test_saving_a_server_that_does_not_answer_holds_no_one_elses_save(staff_client, django_user_model):
+    """The listing waits for the server outside the admin's transaction: SQLite's write lock is free meanwhile."""
+    alice = django_user_model.objects.create_user("alice")
+    with socket.create_server(("127.0.0.1", 0)) as listener:  # accepts, and answers nothing until told
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}/mcp"
+        data = {"name": "silent", "url": url, "enabled": "on", **NO_TOOLS}
+        with ThreadPoolExecutor(1) as pool:
+            saving = pool.submit(staff_client.post, "/admin/chat/mcpserver/add/", data)
+            held, _ = listener.accept()  # the save is listing the tools now
+            with held:
+                with connection.cursor() as cursor:
+                    cursor.execute("PRAGMA busy_timeout = 1000")  # a held write lock fails this within a second
+                Conversation.objects.create(owner=alice, title="saved meanwhile")
+            assert saving.result(timeout=60).status_code == 302
+    assert McpServer.objects.get(name="silent").health == "down"
 
 
 def test_a_link_local_url_is_refused(staff_client):
