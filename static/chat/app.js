@@ -543,7 +543,7 @@ function onDone(frame) {
   if (view) view.finish(frame);
   if (view && frame.conversation === state.conversation) {
     const how = { complete: t("Answer finished"), stopped: t("Answer stopped"), interrupted: t("Answer interrupted") };
-    announce(`${how[frame.status] || t("Answer failed")}: ${view.content.trim().slice(0, 200)}`);
+    announce(t("%(how)s: %(text)s", { how: how[frame.status] || t("Answer failed"), text: view.spoken() }));
   }
   if (state.streaming === frame.message) {
     state.streaming = null;

@@ -115,6 +115,10 @@ export class MessageView {
     this.waiting = element("p", "message-waiting");
     this.waiting.hidden = true;
     this.waiting.setAttribute("role", "status");
+    this.waitingText = element("span");
+    this.waitingCount = element("span");
+    this.waitingCount.setAttribute("aria-hidden", "true");
+    this.waiting.append(this.waitingText, this.waitingCount);
     this.statusLine = element("p", "message-status");
     this.statusLine.hidden = true;
     this.error = element("p", "message-error");
@@ -175,13 +179,20 @@ export class MessageView {
     const seconds = Math.floor((Date.now() - this.lastDataAt) / 1000);
     const started = Boolean(this.content || this.reasoning);
     const down = document.documentElement.dataset.socket === "down" || navigator.onLine === false;
+    // The line is a live region: its words are said once; the seconds counting beside them are not
+    // (aria-hidden), or a screen reader would read the line again every second.
     let text = "";
+    let count = "";
     if (down) text = t("Connection lost; reconnecting…");
-    else if (!started && seconds >= WAITING_AFTER) text = t("Waiting for the model… %(seconds)s s", { seconds });
-    else if (started && seconds >= STALL_AFTER) {
-      text = t("Waiting for the model… nothing for %(seconds)s s", { seconds });
+    else if (!started && seconds >= WAITING_AFTER) {
+      text = t("Waiting for the model…");
+      count = t("%(seconds)s s", { seconds });
+    } else if (started && seconds >= STALL_AFTER) {
+      text = t("Waiting for the model…");
+      count = t("nothing for %(seconds)s s", { seconds });
     }
-    if (this.waiting.textContent !== text) this.waiting.textContent = text;
+    if (this.waitingText.textContent !== text) this.waitingText.textContent = text;
+    this.waitingCount.textContent = count ? ` ${count}` : "";
     this.waiting.hidden = !text;
     return undefined;
   }
@@ -311,6 +322,16 @@ export class MessageView {
     const nothing = message.usage?.estimated && !message.usage.completion_tokens && message.status !== "complete";
     this.showUsage(nothing ? null : message.usage);
     this.onPaint();
+  }
+
+  /** What a screen reader hears of the ended answer: its error's sentence if it has one, else its text as drawn
+   * (not the markdown source), cut at a word. */
+  spoken(limit = 200) {
+    const error = this.error.hidden ? "" : this.error.firstChild?.textContent || "";
+    const flat = (error || this.answer.textContent).replace(/\s+/g, " ").trim();
+    if (flat.length <= limit) return flat;
+    const space = flat.lastIndexOf(" ", limit);
+    return `${flat.slice(0, space > limit / 2 ? space : limit)}…`;
   }
 
   /** An error as one sentence; anything longer (an upstream's page, a long message) folded under "Details". */

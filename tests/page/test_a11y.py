@@ -145,6 +145,14 @@ def test_a_finished_answer_is_announced_once_not_every_token(page: Page):
     expect(live).to_have_text(re.compile("^Answer finished"))
     assert page.locator("article.message.assistant").get_attribute("aria-label").startswith("Answer")
     assert page.locator("article.message.user").get_attribute("aria-label").startswith("You")
+    # What is heard is the answer as drawn, not its markdown; a failure says why.
+    wait_done(
+        send(page, "[[echo]] | Name | Score |\n|---|---:|\n| **Ann** | 12 |\n\nSee [the docs](https://example.com).")
+    )
+    expect(live).to_have_text(re.compile(r"^Answer finished: .*Ann.*the docs"))
+    assert not re.search(r"[|*\[\]]|---", live.inner_text()), live.inner_text()
+    wait_done(send(page, "[[status:500]] fail"), "failed")
+    expect(live).to_have_text(re.compile(r"^Answer failed: \w.{10,}"))
 
 
 def test_touch_targets_on_a_phone_are_at_least_44_pixels(new_page, alice, providers):

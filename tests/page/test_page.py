@@ -891,6 +891,8 @@ def test_waiting_for_the_model_shows_the_elapsed_time_until_the_first_token(page
     waiting = reply.locator(".message-waiting")
     expect(waiting).to_be_hidden()
     expect(waiting).to_have_text(re.compile(r"^Waiting for the model… 1[0-2] s$"), timeout=20_000)
+    # A live region: its words are said once, the counting seconds (aria-hidden) not every second.
+    expect(waiting.locator("[aria-hidden=true]")).to_have_text(re.compile(r"^ 1[0-2] s$"))
     wait_done(reply)
     expect(waiting).to_be_hidden()
     expect(reply.locator(".answer")).to_have_text("finally")
