@@ -124,7 +124,7 @@ function confirmDelete() {
     dialog.returnValue = "";
     dialog.addEventListener("close", () => resolve(dialog.returnValue === "confirm"), { once: true });
     dialog.showModal();
-    dialog.querySelector(".danger").focus();
+    dialog.querySelector("button:not(.danger)").focus(); // Cancel: a stray Enter deletes nothing
   });
 }
 

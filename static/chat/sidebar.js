@@ -44,7 +44,8 @@ export async function confirmDelete(title) {
   const dialog = document.getElementById("confirm-dialog");
   document.getElementById("confirm-text").textContent = t("“%(title)s” and all its messages will be deleted.", { title });
   const confirmed = ask(dialog);
-  document.getElementById("confirm-ok").focus();
+  // The harmless choice first, as for any destructive confirm: a stray Enter deletes nothing.
+  dialog.querySelector("[data-close]").focus();
   return confirmed;
 }
 
@@ -469,9 +470,30 @@ export class Sidebar {
   }
 
   async organise(conversation, changes) {
+    const refocus = this.focusNear(conversation);
     const data = await this.tryTo(t("Could not change the conversation"), () => folderApi.organise(conversation, changes));
     if (data) this.handlers.changed(data); // archived or restored: the open conversation's banner follows
+    refocus();
     return data;
+  }
+
+  /**
+   * Before a change that may take row `id` out of the list (archive, a move into a closed folder, delete): a
+   * function to call after it that puts a focus the change dropped on the page's body back in the list: on the
+   * row's menu button if the row is still there, else on the row that followed it, else the one before, else
+   * on the search box. A screen reader's place is not lost; a focus elsewhere is left alone.
+   */
+  focusNear(id) {
+    const rows = [...this.list.querySelectorAll("li[data-conversation-id]")].map((row) => row.dataset.conversationId);
+    const at = rows.indexOf(String(id));
+    const others = at < 0 ? [] : [...rows.slice(at + 1), ...rows.slice(0, at).reverse()];
+    return () => {
+      if (document.activeElement && document.activeElement !== document.body) return;
+      const row = (other) => this.list.querySelector(`li[data-conversation-id="${other}"]`);
+      const own = row(id)?.querySelector('[data-action="more"]');
+      const next = others.map(row).find(Boolean)?.querySelector("a");
+      (own || next || this.search).focus();
+    };
   }
 
   async createFolder() {
@@ -510,11 +532,13 @@ export class Sidebar {
 
   async remove(id, title) {
     if (!(await confirmDelete(title))) return;
+    const refocus = this.focusNear(id);
     try {
       await api(`/api/conversations/${id}`, { method: "DELETE" });
       this.list.querySelector(`li[data-conversation-id="${id}"]`)?.remove();
       this.handlers.deleted(id);
       await this.refresh();
+      refocus();
     } catch (error) {
       this.handlers.error(t("Could not delete: %(error)s", { error: error.message }));
     }

@@ -122,9 +122,13 @@ def test_sending_stopping_regenerating_renaming_and_deleting_by_keyboard_alone(p
     expect(item.get_by_role("button", name=re.compile("^Delete"))).to_be_focused()
     page.keyboard.press("Enter")
     expect(page.get_by_role("dialog", name="Delete conversation?")).to_be_visible()
+    expect(page.get_by_role("button", name="Cancel")).to_be_focused()  # a stray Enter deletes nothing
+    page.keyboard.press("Tab")
     expect(page.get_by_role("button", name="Delete", exact=True)).to_be_focused()
     page.keyboard.press("Enter")
     expect(page.locator("#conversation-list li")).to_have_count(0)
+    # The open conversation went: a new chat, the focus in its message box (not on the page's body).
+    expect(page.get_by_label("Message", exact=True)).to_be_focused()
 
 
 def focus_by_tab(page: Page, target, backwards: bool = False, limit: int = 60) -> None:

@@ -126,3 +126,25 @@ def test_the_shortcuts_people_know(new_page, alice, providers):
     section = page.get_by_role("region", name="Keyboard shortcuts")
     expect(section.get_by_role("row", name=re.compile("^Copy the last answer"))).to_contain_text("Ctrl + Shift + C")
     expect(section.get_by_role("row", name=re.compile("^Focus the message box"))).to_contain_text("Shift + Esc")
+
+
+def test_a_row_that_leaves_the_list_hands_the_focus_to_its_neighbour(new_page, alice, providers):
+    """Archive, a move and a delete from a row's menu: the focus does not fall to the page's body, where a screen
+    reader's place would be lost, but lands on the row that followed (the one before, for the last row)."""
+    for age, title in enumerate(["Third", "Second", "First"]):
+        conversation = conversation_for(alice, title, "hi", "ho")
+        Conversation.objects.filter(pk=conversation.pk).update(updated=timezone.now() - timedelta(minutes=age))
+    page = new_page(alice)
+    open_chat(page)
+    rows = page.locator("#conversation-list li")
+    expect(rows).to_have_count(3)
+    rows.nth(1).get_by_role("button", name="More actions for “Second”").focus()
+    page.keyboard.press("Enter")
+    page.get_by_role("menuitem", name="Archive").press("Enter")
+    expect(rows).to_have_count(2)
+    expect(rows.nth(1).locator("a")).to_be_focused()  # Second's follower, First
+    rows.nth(1).get_by_role("button", name="Delete “First”").focus()
+    page.keyboard.press("Enter")
+    page.get_by_role("button", name="Delete", exact=True).press("Enter")
+    expect(rows).to_have_count(1)
+    expect(rows.first.locator("a")).to_be_focused()  # the last row's: the one before it (Third)
