@@ -642,7 +642,7 @@ function onFrame(frame) {
       // The path shown changed (here or in another tab): show it as stored, the version switched to in view.
       if (frame.conversation !== state.conversation) return undefined;
       return openConversation(frame.conversation, { push: false }).then(() => {
-        if (frame.type === "switched") state.views.get(frame.message)?.article.scrollIntoView({ block: "nearest" });
+        if (frame.type === "switched") switchedTo(state.views.get(frame.message));
       });
     case "conversations":
       return onConversations(frame);
@@ -654,6 +654,24 @@ function onFrame(frame) {
     default:
       return undefined;
   }
+}
+
+// A version's arrow pressed by keyboard: once the path is drawn again, the focus is on the arrows of the version
+// switched to (the same one, or the other when that one is now at the end), not lost with the old drawing.
+let arrowPressed = null;
+ui.thread.addEventListener(
+  "click",
+  (event) => {
+    const arrow = event.target.closest("button[data-action^='branch-']");
+    if (arrow) arrowPressed = arrow.matches(":focus-visible") ? arrow.dataset.action : null;
+  },
+  true,
+);
+function switchedTo(view) {
+  view?.article.scrollIntoView({ block: "nearest" });
+  const arrows = view ? [...view.article.querySelectorAll("button[data-action^='branch-']")] : [];
+  if (arrowPressed) (arrows.find((b) => b.dataset.action === arrowPressed && !b.disabled) || arrows.find((b) => !b.disabled))?.focus();
+  arrowPressed = null;
 }
 
 // --- wiring --------------------------------------------------------------------
@@ -811,6 +829,28 @@ const imageViewer = new ImageViewer($("image-dialog"), $("image-full"));
 document.addEventListener("click", (event) => {
   const thumb = event.target.closest("button[data-action=view-image]");
   if (thumb) imageViewer.open(thumb.dataset.url, thumb.querySelector("img")?.alt || "");
+});
+
+// A focus a change took away (its control removed, hidden or disabled: Regenerate, Continue, a branch's last
+// arrow, Scroll to the bottom, an attachment's remove button) goes to a usable control beside it, else to the
+// message box, not to the page's body, where a screen reader's place is lost. A click elsewhere is left alone,
+// and so is a tap's focus (not :focus-visible): a phone's keyboard must not pop up after a tap on Regenerate.
+const usable = (element) => element.isConnected && !element.disabled && element.getClientRects().length > 0;
+let lastFocused = null;
+document.addEventListener("focusin", (event) => {
+  const inMain = document.querySelector("main.main").contains(event.target);
+  lastFocused = inMain && event.target.matches(":focus-visible") ? event.target : null;
+});
+new MutationObserver(() => {
+  if (document.activeElement !== document.body || !lastFocused || usable(lastFocused)) return;
+  const beside = lastFocused.isConnected ? [...lastFocused.parentElement.querySelectorAll("button")].find(usable) : null;
+  lastFocused = null;
+  (beside || ui.input).focus();
+}).observe(document.querySelector("main.main"), {
+  subtree: true,
+  childList: true,
+  attributes: true,
+  attributeFilter: ["hidden", "disabled", "class"],
 });
 
 // Phone-sized screens (and a desktop zoomed in): the sidebar slides over the page behind the menu button,

@@ -401,9 +401,12 @@ export class MessageView {
       this.actions.hidden = true;
       this.article.prepend(box);
       const close = (value) => {
+        const hadFocus = box.contains(document.activeElement);
         box.remove();
         this.text.hidden = !this.text.textContent;
         this.actions.hidden = false;
+        // Cancelled: back on the Edit button it came from (a sent edit's focus goes to the message box).
+        if (hadFocus && value === null) this.actions.querySelector('[data-action="edit"]')?.focus();
         resolve(value);
       };
       cancel.addEventListener("click", () => close(null));

@@ -148,3 +148,42 @@ def test_a_row_that_leaves_the_list_hands_the_focus_to_its_neighbour(new_page, a
     page.get_by_role("button", name="Delete", exact=True).press("Enter")
     expect(rows).to_have_count(1)
     expect(rows.first.locator("a")).to_be_focused()  # the last row's: the one before it (Third)
+
+
+def focused(page) -> str:
+    """What has the focus, in a word: the message box, the page's body, or the control's accessible name."""
+    return page.evaluate(
+        "(e => e.id === 'input' ? 'message box' : e === document.body ? 'body'"
+        " : e.getAttribute('aria-label') || e.textContent.trim())(document.activeElement)"
+    )
+
+
+def test_by_keyboard_the_focus_never_falls_to_the_page_after_a_message_action(new_page, alice, providers):
+    """Regenerate, Edit (cancelled, then sent) and a branch's arrows: each took its own control away and left the
+    focus on the page's body, where a screen reader's place is lost."""
+    page = new_page(alice)
+    open_chat(page)
+    choose_model(page, CLAUDE)
+    wait_done(send(page, "[[echo]] first"))
+    reply = page.locator("article.message.assistant").last
+    reply.get_by_role("button", name="Regenerate").focus()
+    page.keyboard.press("Enter")  # its answer, and the button, go: the new one streams
+    wait_done(page.locator("article.message.assistant").last)
+    expect(page.get_by_label("Message", exact=True)).to_be_focused()
+    # Back to the first version by its arrow: the arrow turns disabled, the focus goes to the other one.
+    previous = page.locator("article.message.assistant").last.get_by_role("button", name="Previous version")
+    previous.focus()
+    page.keyboard.press("Enter")
+    expect(page.locator("article.message.assistant").last.get_by_role("button", name="Next version")).to_be_focused()
+    # Edit: Escape cancels, back on Edit; Enter sends, and the focus is in the message box.
+    question = page.locator("article.message.user").last
+    question.get_by_role("button", name="Edit").focus()
+    page.keyboard.press("Enter")
+    expect(page.get_by_label("Edit message")).to_be_focused()
+    page.keyboard.press("Escape")
+    expect(question.get_by_role("button", name="Edit")).to_be_focused()
+    page.keyboard.press("Enter")
+    page.keyboard.type(" again")
+    page.keyboard.press("Enter")
+    wait_done(page.locator("article.message.assistant").last)
+    assert focused(page) == "message box", focused(page)
