@@ -119,6 +119,15 @@ def test_the_sign_in_page_follows_the_browser_language(client):
 
 
 @pytest.mark.django_db
+def test_every_pages_title_is_french_for_a_french_browser(client, alice):
+    client.force_login(alice)
+    for path in ("/", "/settings/", "/settings/tokens/", "/usage/", "/accounts/password_change/", "/no-such-page/"):
+        page = client.get(path, HTTP_ACCEPT_LANGUAGE="fr-FR").content.decode()
+        title = re.search(r"<title>(.*?)</title>", page, re.S).group(1)
+        assert "Chat d’équipe" in title and "Team chat" not in title, (path, title)
+
+
+@pytest.mark.django_db
 def test_the_script_catalogue_is_loaded_before_the_modules_and_is_french_for_a_french_browser(client, alice):
     client.force_login(alice)
     page = client.get("/", HTTP_ACCEPT_LANGUAGE="fr").content.decode()
