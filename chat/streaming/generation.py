@@ -372,10 +372,10 @@ def _added_up(usages: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _describe(exc: upstream.UpstreamError) -> str:
     """What the user reads under a failed answer (the upstream's own words stay as they came)."""
-    values = {"message": exc.message}
+    values = {"message": exc.message.rstrip(" .")}  # its own full stop, where ours ends the sentence
     if exc.kind == "http":
         code = f" {exc.code}" if exc.code and exc.code != str(exc.status) else ""
-        values["status"] = f"{exc.status}{code}"
+        values["status"], values["message"] = f"{exc.status}{code}", exc.message
         text = _("The upstream refused the request (%(status)s): %(message)s") % values
         if exc.retry_after and "retry" not in exc.message.lower():  # the upstream may have said so already
             text += " " + _("Retry after %(seconds)s s.") % {"seconds": exc.retry_after}
@@ -388,6 +388,8 @@ def _describe(exc: upstream.UpstreamError) -> str:
         return _("Cannot reach the upstream: %(message)s.") % values
     if exc.kind == "busy":
         return _("Cannot start the answer: %(message)s.") % values
+    if exc.kind == "next_round":  # the answer had started: its tool calls ran, the model's next turn did not
+        return _("The answer could not go on after its tool calls: %(message)s.") % values
     if exc.kind == "too_large":
         return _("The answer was stopped because %(message)s; the text so far was kept.") % values
     return _("The upstream sent something unreadable (%(message)s); the text so far was kept.") % values

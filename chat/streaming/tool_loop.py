@@ -21,6 +21,7 @@ import orjson
 from django.conf import settings
 
 from chat.lib.json_depth import without_nul
+from chat.runtime import stopping
 from chat.streaming import mcp_client
 from chat.streaming.tool_catalog import ToolSpec
 
@@ -147,7 +148,7 @@ async def run_call(call: Call, spec: ToolSpec) -> None:
     except mcp_client.McpFailure as exc:
         call.status, call.error = ERROR, f"the server {spec.server} failed: {exc}"
     except asyncio.CancelledError:
-        call.status, call.error = CANCELLED, "stopped by the person"
+        call.status, call.error = CANCELLED, cancelled_because()
         call.duration_ms = round((loop.time() - began) * 1000)
         raise
     except Exception as exc:  # the SDK's own surprises must not end the turn
@@ -162,6 +163,11 @@ async def run_call(call: Call, spec: ToolSpec) -> None:
     call.duration_ms = round((loop.time() - began) * 1000)
 
 
+def cancelled_because() -> str:
+    """Why a call was cut off: the person's Stop (or a deactivation), or this process's graceful stop."""
+    return "the server stopped while the call ran" if stopping.draining() else "stopped by the person"
+
+
 async def run_round(calls: list[Call], specs: dict[str, ToolSpec], allowed: int,
                     notify: Callable[[Call], Awaitable[None]],
                     approve: Callable[[Call], Awaitable[bool]]) -> None:  # fmt: skip
@@ -171,8 +177,8 @@ async def run_round(calls: list[Call], specs: dict[str, ToolSpec], allowed: int,
         if spec.asks_first:
             call.status = WAITING
             await notify(call)
-            if not await approve(call):
-                call.status, call.error = DENIED, "the person denied this call"
+            if not await approve(call):  # which says why when it was not the person's Deny (a timeout)
+                call.status, call.error = DENIED, call.error or "the person denied this call"
                 await notify(call)
                 return
         call.status, call.started_ms = RUNNING, int(time.time() * 1000)

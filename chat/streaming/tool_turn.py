@@ -70,6 +70,7 @@ class ToolTurn:
             async with asyncio.timeout(settings.MCP_APPROVAL_SECONDS):
                 return await future
         except TimeoutError:
+            call.error = f"no answer from the person within {settings.MCP_APPROVAL_SECONDS:g} s"
             return False
         finally:
             self._approvals.pop(call.id, None)
@@ -98,7 +99,7 @@ class ToolTurn:
         finally:
             for call in calls:
                 if call.status in (*tool_loop.UNFINISHED, tool_loop.CANCELLED):
-                    call.status, call.error = tool_loop.CANCELLED, "stopped by the person"
+                    call.status, call.error = tool_loop.CANCELLED, tool_loop.cancelled_because()
                     await self._send_tool(type="tool_call", round=len(self.rounds) - 1, call=call.public())
             await db_threads.run(tool_rounds.record)(job.user_id, job.conversation_id, job.message_id, calls)
         messages = [*self.payload["messages"], *tool_loop.round_messages(state.text, calls)]
@@ -110,7 +111,7 @@ class ToolTurn:
             )  # fmt: skip
         except Exception as exc:
             detail = getattr(exc, "detail", None) or str(exc)
-            raise upstream.UpstreamError("busy", detail) from None
+            raise upstream.UpstreamError("next_round", detail) from None
         async with self._lock:
             self.row_open = True
             self.prefix = (content, reasoning)

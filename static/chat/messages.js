@@ -298,6 +298,7 @@ export class MessageView {
   /** `done`: final render, status, error and usage. */
   finish(frame) {
     this.stopWaiting();
+    this.toolCalls.dropUnasked();
     if (this.renderer) this.renderer.finish();
     this.renderer = null;
     this.showFinished({ ...frame, content: this.content, reasoning: this.reasoning, rendered: true });

@@ -44,7 +44,8 @@ export class ToolCallsView {
     this.root = element("div", "tool-rounds");
     this.root.dataset.testid = "tool-rounds";
     this.root.hidden = true;
-    this.calls = new Map(); // call id -> {box, call}
+    // "round/call id" -> {box, call}: an upstream may give every round's first call the same id (call_0).
+    this.calls = new Map();
     this.timer = null;
   }
 
@@ -60,10 +61,20 @@ export class ToolCallsView {
   /** A `tool_arguments` frame: the calls' names and arguments as the model writes them. */
   arguments(frame) {
     for (const call of frame.calls || []) {
-      const known = this.calls.get(call.id);
+      const known = this.calls.get(`${frame.round}/${call.id}`);
       if (known && known.call.status !== "streaming") continue;
       this.upsert({ ...call, status: "streaming", server: "", tool: call.name }, frame.round);
     }
+  }
+
+  /** The answer ended: calls the model was still writing, never asked of a tool (past the round limit), go. */
+  dropUnasked() {
+    for (const [key, { box, call }] of this.calls) {
+      if (call.status !== "streaming") continue;
+      box.remove();
+      this.calls.delete(key);
+    }
+    this.root.hidden = this.calls.size === 0;
   }
 
   /** A `tool_call` frame: one call's new state. */
@@ -73,14 +84,15 @@ export class ToolCallsView {
 
   upsert(call, round) {
     this.root.hidden = false;
-    let entry = this.calls.get(call.id);
+    const key = `${round}/${call.id}`;
+    let entry = this.calls.get(key);
     if (!entry) {
       const box = element("details", "tool-run");
       box.dataset.call = call.id;
       box.dataset.round = round;
       this.root.append(box);
       entry = { box, call };
-      this.calls.set(call.id, entry);
+      this.calls.set(key, entry);
     }
     entry.call = { ...entry.call, ...call };
     this.draw(entry);

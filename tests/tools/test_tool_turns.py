@@ -7,7 +7,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.test import override_settings
 
-from chat.models import McpServer, McpTool, Message, ToolCall, Usage
+from chat.models import Budget, McpServer, McpTool, Message, ToolCall, Usage
 from tests.conftest import MODELS
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -109,6 +109,20 @@ async def test_the_round_limit_ends_the_turn(connect, alice, team, tools_server,
     assert await ToolCall.objects.filter(message=reply).acount() == 1
 
 
+async def test_a_budget_used_up_by_the_first_round_ends_the_turn_saying_so(
+    connect, alice, team, tools_server, tool_providers
+):
+    """The answer had started and its calls ran: not "Cannot start the answer", and one full stop."""
+    await team.user_set.aadd(alice)
+    await Budget.objects.acreate(user=alice, tokens=1)  # the first request may start; it spends more
+    _, _, ws = await connect(alice)
+    await ws.send(type="send", conversation=None, content=f"{ECHO} [[rounds:2]]", model=MODELS["api14"])
+    done = (await ws.until("done"))[-1]
+    assert done["error"].startswith("The answer could not go on after its tool calls: Your monthly budget"), done
+    assert done["error"].endswith(".") and ".." not in done["error"]
+    assert await ToolCall.objects.filter(message_id=done["message"]).acount() == 1  # the first round's call ran
+
+
 async def test_a_person_outside_the_groups_cannot_reach_the_tools(connect, alice, bob, team, tools_server,
                                                                   tool_providers, fake):  # fmt: skip
     await team.user_set.aadd(alice)
@@ -207,6 +221,15 @@ async def test_switched_off_tools_and_asks_first(connect, alice, team, tools_ser
     done = (await ws.until("done"))[-1]
     reply = await Message.objects.aget(pk=done["message"])
     assert reply.tool_rounds[0]["calls"][0]["status"] == "ok"
+
+    # Not answered in time: denied, and the record says so rather than that the person denied it.
+    with override_settings(MCP_APPROVAL_SECONDS=0.2):
+        await ws.send(type="send", conversation=done["conversation"], content=ECHO)
+        done = (await ws.until("done"))[-1]
+    reply = await Message.objects.aget(pk=done["message"])
+    call = reply.tool_rounds[0]["calls"][0]
+    assert (call["status"], call["error"]) == ("denied", "no answer from the person within 0.2 s")
+    assert (await ToolCall.objects.filter(message=reply).afirst()).error == call["error"]
 
 
 async def test_another_person_cannot_approve(connect, alice, bob, team, tools_server, tool_providers):

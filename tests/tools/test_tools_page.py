@@ -120,3 +120,15 @@ def test_the_settings_page_sets_the_tools_a_new_chat_starts_with(new_page, alice
     page.locator("#tools-button").click()
     expect(page.locator('#tools-panel input[value="tests__echo"]')).not_to_be_checked()
     expect(page.locator('#tools-panel input[value="tests__add"]')).to_be_checked()
+
+
+def test_past_the_round_limit_the_call_never_asked_leaves_no_box_saying_asking(tools_page, settings):
+    """The last round's calls, written by the model but never run (the turn's rounds were used up), went on
+    showing "Asking…" in the finished answer."""
+    page = tools_page
+    reply = send(page, '[[rounds:7]] [[call:tests.add {"a": 1, "b": 2}]] add')  # add runs at once
+    wait_done(reply)
+    runs = reply.locator("details.tool-run")
+    expect(runs).to_have_count(settings.MCP_MAX_ROUNDS)
+    expect(reply.locator('details.tool-run[data-status="streaming"]')).to_have_count(0)
+    expect(reply.locator(".message-error")).to_contain_text(f"{settings.MCP_MAX_ROUNDS} rounds")

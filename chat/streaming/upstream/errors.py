@@ -17,7 +17,8 @@ class UpstreamError(Exception):
     "cut" (the connection ended without a finish), "protocol" (unreadable data: too
     many malformed events, an over-long line), "too_large" (a reply or a response
     past its size cap), "stream" (an error the upstream reported mid-stream) or
-    "busy" (no free connection to the provider within the wait, chat/metering/limits.py).
+    "busy" (no free connection to the provider within the wait, chat/metering/limits.py) or "next_round"
+    (a tool turn's next request refused before it went upstream: the budget, a limit).
     The message is a sentence already scrubbed of secrets (see scrub()).
     """
 
