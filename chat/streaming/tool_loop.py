@@ -51,6 +51,7 @@ class Call:
     duration_ms: int = 0
     started_ms: int = 0  # epoch ms the run began, for the page's elapsed time
     parsed: Any = field(default=None, repr=False)
+    slot: int | None = field(default=None, repr=False)  # its ToolCall row, taken from the minute's calls to run it
 
     def public(self) -> dict[str, Any]:
         return {
@@ -168,10 +169,20 @@ def cancelled_because() -> str:
     return "the server stopped while the call ran" if stopping.draining() else "stopped by the person"
 
 
-async def run_round(calls: list[Call], specs: dict[str, ToolSpec], allowed: int,
+async def run_round(calls: list[Call], specs: dict[str, ToolSpec],
+                    take_slots: Callable[[list[Call]], Awaitable[list[int]]],
                     notify: Callable[[Call], Awaitable[None]],
                     approve: Callable[[Call], Awaitable[bool]]) -> None:  # fmt: skip
-    """Check, approve and run a round's calls (in parallel); `allowed`: how many the person's rate leaves."""
+    """Check, approve and run a round's calls (in parallel).
+
+    `take_slots(calls)`: of the person's calls this minute, one for each of these calls while they last, taken at
+    once (as rows of the audit, so that turns running side by side cannot each count the same free ones); a call
+    that may run but gets none is over the rate limit. A call refused before (no such tool, invalid arguments)
+    takes none.
+    """
+    checked = [(call, check(call, specs)) for call in calls]
+    wanted = [call for call, spec in checked if spec is not None]
+    slots = await take_slots(wanted) if wanted else []
 
     async def one(call: Call, spec: ToolSpec) -> None:
         if spec.asks_first:
@@ -187,15 +198,14 @@ async def run_round(calls: list[Call], specs: dict[str, ToolSpec], allowed: int,
         await notify(call)
 
     jobs = []
-    for call in calls:
-        spec = check(call, specs)
-        if spec is not None and allowed <= 0:
+    for call, spec in checked:
+        if spec is not None and not slots:
             call.status, call.error = LIMITED, f"at most {settings.MCP_CALLS_PER_MINUTE} tool calls a minute"
             spec = None
         if spec is None:
             await notify(call)
             continue
-        allowed -= 1
+        call.slot = slots.pop(0)
         jobs.append(one(call, spec))
     if jobs:
         await asyncio.gather(*jobs)

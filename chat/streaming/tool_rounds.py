@@ -52,21 +52,45 @@ def open_round(user_id: int, provider_name: str, model: str, message_id: int, pr
     return row.pk, {"provider_id": row.provider_id, "model": row.model, "started": row.started}
 
 
-def calls_left(user_id: int) -> int:
-    """How many tool calls the person may still make this minute (MCP_CALLS_PER_MINUTE)."""
-    since = timezone.now() - timedelta(minutes=1)
-    made = ToolCall.objects.filter(user_id=user_id, created__gte=since).exclude(status=ToolCall.Outcome.LIMITED).count()
-    return max(0, settings.MCP_CALLS_PER_MINUTE - made)
+# The outcomes of calls that never reached a tool: they use none of the person's calls a minute.
+NOT_RUN = (ToolCall.Outcome.LIMITED, ToolCall.Outcome.FORBIDDEN, ToolCall.Outcome.INVALID, ToolCall.Outcome.DENIED)
+
+
+def take_slots(user_id: int, conversation_id: int, message_id: int, wanted: list[Call]) -> list[int]:
+    """Of the person's tool calls this minute (MCP_CALLS_PER_MINUTE), one for each `wanted` call while they last,
+    taken: their ToolCall rows, in order.
+
+    Counted and written under the person's row lock (as a stream's start is), so that turns running side by side,
+    in any process, cannot each take the same free ones. A row stands as `cancelled` until record() writes how its
+    call ended: a process that dies meanwhile leaves it so, which is what became of the call.
+    """
+    with transaction.atomic():
+        get_user_model().objects.select_for_update(no_key=True).filter(pk=user_id).values_list("pk").first()
+        since = timezone.now() - timedelta(minutes=1)
+        made = ToolCall.objects.filter(user_id=user_id, created__gte=since).exclude(status__in=NOT_RUN).count()
+        free = max(0, settings.MCP_CALLS_PER_MINUTE - made)
+        rows = ToolCall.objects.bulk_create([
+            ToolCall(user_id=user_id, conversation_id=conversation_id, message_id=message_id, server=call.server[:40],
+                     tool=(call.tool or call.name)[:128], status=ToolCall.Outcome.CANCELLED)
+            for call in wanted[:free]
+        ])  # fmt: skip
+    return [row.pk for row in rows]
 
 
 def record(user_id: int, conversation_id: int, message_id: int, calls: list[Call]) -> None:
-    """Every call of a round in the audit, however it ended."""
-    ToolCall.objects.bulk_create([
+    """Every call of a round in the audit, however it ended: on the row its slot took, or a new one."""
+    rows = [
         ToolCall(
-            user_id=user_id, conversation_id=conversation_id, message_id=message_id, server=call.server[:40],
-            tool=(call.tool or call.name)[:128], arguments=call.parsed if call.parsed is not None else call.arguments,
+            pk=call.slot, user_id=user_id, conversation_id=conversation_id, message_id=message_id,
+            server=call.server[:40], tool=(call.tool or call.name)[:128],
+            arguments=call.parsed if call.parsed is not None else call.arguments,
             status=call.status if call.status in ToolCall.Outcome.values else ToolCall.Outcome.CANCELLED,
             error=call.error[:2000], result_bytes=min(call.size, 2**31 - 1), duration_ms=call.duration_ms,
         )
         for call in calls
-    ])  # fmt: skip
+    ]  # fmt: skip
+    fields = ["conversation", "message", "server", "tool", "arguments", "status", "error", "result_bytes",
+              "duration_ms"]  # fmt: skip
+    with transaction.atomic():
+        ToolCall.objects.bulk_update([row for row in rows if row.pk is not None], fields)
+        ToolCall.objects.bulk_create([row for row in rows if row.pk is None])

@@ -93,9 +93,13 @@ class ToolTurn:
         self.row_open = False
         self.earlier_usage.append({**usage, "cost": written.get("cost")})
         specs = {spec.name: spec for spec in job.tools}
-        allowed = await db_threads.run(tool_rounds.calls_left)(job.user_id)
+
+        async def take_slots(wanted: list[tool_loop.Call]) -> list[int]:
+            return await db_threads.run(tool_rounds.take_slots)(job.user_id, job.conversation_id, job.message_id,
+                                                                wanted)  # fmt: skip
+
         try:
-            await tool_loop.run_round(calls, specs, allowed, self._notify_call, self._approve)
+            await tool_loop.run_round(calls, specs, take_slots, self._notify_call, self._approve)
         finally:
             for call in calls:
                 if call.status in (*tool_loop.UNFINISHED, tool_loop.CANCELLED):

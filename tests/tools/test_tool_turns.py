@@ -298,3 +298,30 @@ async def test_a_tab_that_attaches_sees_the_calls_and_stop_cancels_a_running_one
     assert reply.tool_rounds[0]["calls"][0]["status"] == "cancelled"
     assert [c.status async for c in ToolCall.objects.filter(message=reply)] == ["cancelled"]
     assert [u.status async for u in Usage.objects.filter(message=reply)] == ["complete"]
+
+
+@override_settings(MCP_CALLS_PER_MINUTE=3)
+async def test_the_minutes_calls_hold_for_turns_side_by_side_and_refused_calls_use_none(
+    connect, alice, team, tools_server, tool_providers
+):
+    """Two turns at once could each count the same free calls (a call was written only when its round ended):
+    4 ran of 3. Calls that never reached a tool (no such tool) used up the minute too."""
+    await team.user_set.aadd(alice)
+    _, _, first = await connect(alice)
+    _, _, second = await connect(alice)
+    await first.send(type="send", conversation=None, content="[[call:tests.nope {}]] [[call:tests.nope {}]] x",
+                     model=MODELS["api14"])  # fmt: skip
+    await first.until("done")
+    slow = '[[call:tests.hang {"seconds": 1}]]'
+    await first.send(type="send", conversation=None, content=f"{slow} {slow} wait", model=MODELS["api14"])
+    running = set()
+    while len(running) < 2:  # both of the first turn's calls run, not yet written as done
+        frame = (await first.until("tool_call"))[-1]
+        if frame["call"]["status"] == "running":
+            running.add(frame["call"]["id"])
+    add = '[[call:tests.add {"a": 1, "b": 2}]]'
+    await second.send(type="send", conversation=None, content=f"{add} {add} sum", model=MODELS["api14"])
+    await first.until("done")
+    await second.until("done")
+    statuses = [status async for status in ToolCall.objects.order_by("pk").values_list("status", flat=True)]
+    assert sorted(statuses) == ["forbidden", "forbidden", "limited", "ok", "ok", "ok"], statuses
