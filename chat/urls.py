@@ -17,6 +17,7 @@ from chat.views import (
     responses_api,
     shares,
     sidebar,
+    stored_responses,
     tools,
     usage,
 )
@@ -28,6 +29,7 @@ urlpatterns = [
     path("v1/models/<path:model_id>", models_api.model, name="v1-model"),
     path("v1/embeddings", embeddings_api.embeddings, name="v1-embeddings"),
     path("v1/responses", responses_api.responses, name="v1-responses"),
+    path("v1/responses/<str:response_id>", stored_responses.stored_response, name="v1-response"),
     path("", conversations.index, name="index"),
     path("c/<int:conversation_id>/", conversations.index, name="conversation"),
     path(

@@ -462,6 +462,9 @@ CHAT_FINAL_SAVE_SECONDS = env_number("CHAT_FINAL_SAVE_SECONDS", 120.0, float)
 # and whether API requests are also kept as conversations (off: only usage is recorded).
 API_HEARTBEAT_SECONDS = env_number("API_HEARTBEAT_SECONDS", 15.0, float)
 API_STORE_CONVERSATIONS = env_bool("API_STORE_CONVERSATIONS", False)
+# The most a /v1/responses conversation (previous_response_id's, back to its first) may hold, in bytes of its
+# stored items: a follow-up to a longer one is refused (400) rather than sent upstream whole.
+RESPONSES_MAX_HISTORY_BYTES = env_number("RESPONSES_MAX_HISTORY_BYTES", 20_000_000)
 # A /v1 stream's tokens so far are written on its usage row this often, seconds: what is kept
 # of them if the process dies mid-stream (the text itself is not kept).
 API_CHECKPOINT_SECONDS = env_number("API_CHECKPOINT_SECONDS", 5.0, float)
@@ -650,6 +653,7 @@ if INVITE_DAYS < 1:
 # 0 would stop every stream, request or save rather than turn anything off.
 POSITIVE = {
     "DATABASE_THREADS": DATABASE_THREADS, "REQUEST_MAX_BYTES": DATA_UPLOAD_MAX_MEMORY_SIZE,
+    "RESPONSES_MAX_HISTORY_BYTES": RESPONSES_MAX_HISTORY_BYTES,
     "UPSTREAM_DEADLINE": UPSTREAM_DEADLINE, "UPSTREAM_CONNECT_TIMEOUT": UPSTREAM_CONNECT_TIMEOUT,
     "UPSTREAM_READ_TIMEOUT": UPSTREAM_READ_TIMEOUT, "UPSTREAM_FIRST_BYTE_TIMEOUT": UPSTREAM_FIRST_BYTE_TIMEOUT,
     "CHAT_SAVE_INTERVAL": CHAT_SAVE_INTERVAL, "API_SLOW_CLIENT_SECONDS": API_SLOW_CLIENT_SECONDS,

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import orjson
 from django.conf import settings
 from django.db import models
+
+
+class BrokenChain(Exception):
+    """A response's conversation cannot be brought back: an earlier response of it is gone, or it is too large."""
 
 
 class StoredResponseQuerySet(models.QuerySet):
@@ -11,12 +16,31 @@ class StoredResponseQuerySet(models.QuerySet):
         """A person's responses only: another person's id is as unknown as a made-up one."""
         return self.filter(owner=user)
 
+    def conversation(self, response_id: str, max_bytes: int) -> list[dict] | None:
+        """Every item of a response's conversation, oldest first: each response's own input, then its output, back
+        along `previous` (None: no such response of these). Raises BrokenChain past `max_bytes` of items, or when an
+        earlier response is gone (deleted, or past retention)."""
+        links, size, wanted = [], 0, response_id
+        while wanted:
+            row = self.filter(pk=wanted).values("input", "output", "previous").first()
+            if row is None:
+                if not links:
+                    return None
+                raise BrokenChain(f"An earlier response of this conversation, {wanted}, has been deleted.")
+            size += len(orjson.dumps(row["input"])) + len(orjson.dumps(row["output"]))
+            if size > max_bytes:
+                raise BrokenChain(f"This conversation is over {max_bytes} bytes: start a new one with what matters.")
+            links.append(row["input"] + row["output"])
+            wanted = row["previous"]
+        return [item for link in reversed(links) for item in link]
+
 
 class StoredResponse(models.Model):
-    """One response (`resp_<hex>`): the input items that led to it (its history included) and its output items.
+    """One response (`resp_<hex>`): its own input items, its output items and the response it followed.
 
-    Items are kept in the Responses API's shape, so a follow-up's input is this row's `input`,
-    then its `output`, then the follow-up's own items.
+    Items are kept in the Responses API's shape. A follow-up's input is its conversation (conversation():
+    each earlier response's input and output, back along `previous`), then its own items: each turn is
+    stored once, not again in every later one. (A row from before `previous` holds its whole history as input.)
     """
 
     id = models.CharField(primary_key=True, max_length=40, editable=False)
@@ -25,6 +49,7 @@ class StoredResponse(models.Model):
     status = models.CharField(max_length=20)
     input = models.JSONField(default=list)
     output = models.JSONField(default=list)
+    previous = models.CharField(max_length=40, blank=True, help_text="The response this one followed, if any.")
     created = models.DateTimeField(auto_now_add=True)
 
     objects = StoredResponseQuerySet.as_manager()

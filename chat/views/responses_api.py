@@ -29,6 +29,7 @@ from chat.lib.openai_errors import error_body
 from chat.lib.responses_events import ResponsesTranslator, encode, usage_of
 from chat.lib.responses_request import ITEM_ID, ResponsesRequest, chat_messages, parse_responses_request
 from chat.models import StoredResponse
+from chat.models.responses import BrokenChain
 from chat.streaming import upstream
 from chat.streaming.relay import DONE_EVENT, Relay, RequestError, prompt_chars, running, upstream_body
 from chat.views.metered_api import (
@@ -63,7 +64,8 @@ class MeteredResponse(MeteredRequest):
         body = None if request is None else {"model": request.model, "messages": chat_messages(None, request.items)}
         super().__init__(body)
         self.request = request
-        self.items: list[dict[str, Any]] = []  # the whole input: the previous response's items, then this one's
+        self.items: list[dict[str, Any]] = []  # the whole input: the previous responses' items, then this one's
+        self.own_items: list[dict[str, Any]] = []  # this one's: what its stored row keeps as its input
         self.translator: ResponsesTranslator | None = None
 
     def begin(self) -> None:
@@ -72,12 +74,18 @@ class MeteredResponse(MeteredRequest):
         history: list[dict[str, Any]] = []
         mine = StoredResponse.objects.owned_by(self.token.user)
         if request.previous_response_id:
-            previous = mine.filter(pk=request.previous_response_id).values("input", "output").first()
-            if previous is None:
+            try:
+                found = mine.conversation(request.previous_response_id, settings.RESPONSES_MAX_HISTORY_BYTES)
+            except BrokenChain as exc:
+                error = error_body(
+                    str(exc), "invalid_request_error", "previous_response_unusable", "previous_response_id"
+                )
+                raise Refused(HttpResponse(error, status=400, content_type="application/json")) from None
+            if found is None:
                 raise not_found(
                     f"Previous response with id '{request.previous_response_id}' not found.", "previous_response_id"
                 )
-            history = previous["input"] + previous["output"]
+            history = found
         stored: dict[str, list[dict[str, Any]]] = {}
         items = []
         for item in request.items:
@@ -90,6 +98,7 @@ class MeteredResponse(MeteredRequest):
                 if item is None:
                     raise not_found(f"Item with id '{wanted}' not found.", "input")
             items.append(item)
+        self.own_items = items
         self.items = history + items
         try:
             self.body = check_request(
@@ -114,8 +123,9 @@ class MeteredResponse(MeteredRequest):
                 owner=self.token.user,
                 model=self.request.model,
                 status=ended,
-                input=self.items,
+                input=self.own_items,
                 output=output,
+                previous=self.request.previous_response_id or "",
             )
 
     def usage(self) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from chat.actions.streams import REVOKED
 from chat.models import ApiToken, Budget, StoredResponse, Usage
+from chat.models.responses import BrokenChain
 from tests.conftest import DIALECTS, FAKE_KEY
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -78,6 +79,42 @@ def test_create_two_turns_with_reasoning_and_previous_response_id(sdk, fake, dia
     rows = Usage.objects.order_by("pk")
     assert [row.status for row in rows] == ["complete", "complete"]  # one usage row per upstream request
     assert StoredResponse.objects.get(pk=second.id).owner.username == "alice"
+
+
+def test_a_chain_of_follow_ups_stores_each_turn_once_and_sends_them_all(sdk, fake, alice):
+    """Each stored response held its whole history, so a conversation took space growing with the square of its
+    turns; each now holds its own input and output, and a follow-up is sent the whole chain."""
+    previous, texts = None, ["one", "two", "three", "four"]
+    for text in texts:
+        previous = sdk.responses.create(model="claude-sonnet-5", input=f"[[echo]] {text}",
+                                        previous_response_id=previous.id if previous else None)  # fmt: skip
+    assert [m["content"] for m in sent_messages(fake)] == [
+        "[[echo]] one", "one", "[[echo]] two", "two", "[[echo]] three", "three", "[[echo]] four",
+    ]  # fmt: skip
+    rows = StoredResponse.objects.order_by("created")
+    assert [len(row.input) for row in rows] == [1, 1, 1, 1] and rows.last().previous == rows[2].pk
+    # An earlier turn gone (deleted, past retention): a follow-up says so, rather than answering without it.
+    rows.first().delete()
+    with pytest.raises(openai.BadRequestError) as caught:
+        sdk.responses.create(model="claude-sonnet-5", input="more", previous_response_id=previous.id)
+    assert caught.value.code == "previous_response_unusable" and "has been deleted" in caught.value.message
+    with pytest.raises(BrokenChain, match="over 100 bytes"):
+        StoredResponse.objects.owned_by(alice).conversation(previous.id, max_bytes=100)
+
+
+def test_a_stored_response_is_read_and_deleted_by_its_owner_only(sdk, fake, server, bob, providers):
+    first = sdk.responses.create(model="claude-sonnet-5", input="[[echo]] keep me")
+    again = sdk.responses.retrieve(first.id)
+    assert (again.id, again.status, again.output_text, again.model) == (first.id, "completed", "keep me", first.model)
+    bobs = ApiToken.issue(bob, "bob")[1]
+    for method in ("GET", "DELETE"):  # someone else's is as unknown as a made-up id
+        other = httpx.request(method, f"{server.url}/v1/responses/{first.id}",
+                              headers={"Authorization": f"Bearer {bobs}"})  # fmt: skip
+        assert other.status_code == 404 and other.json()["error"]["code"] == "not_found"
+    deleted = sdk.responses.delete(first.id)  # the SDK returns nothing for a 200
+    assert deleted is None and not StoredResponse.objects.filter(pk=first.id).exists()
+    with pytest.raises(openai.NotFoundError):
+        sdk.responses.retrieve(first.id)
 
 
 def test_a_nul_in_the_input_or_the_output_is_stored_as_u_fffd(sdk, fake):
