@@ -15,8 +15,9 @@ Start it as daphne (same options): `python -m chatsite.server -b 127.0.0.1 -p 80
 * Request bodies. twisted.web buffers a whole request body (in memory, then in a temp
   file) before daphne hands it over. Bodies over Django's DATA_UPLOAD_MAX_MEMORY_SIZE are
   refused with 413 while they arrive: at the Content-Length header, or as soon as a
-  chunked body's running size passes the limit. The attachment upload's path alone
-  may send ATTACHMENT_MAX_FILE_BYTES and its multipart framing.
+  chunked body's running size passes the limit. The attachment upload's path may send
+  ATTACHMENT_MAX_FILE_BYTES and its multipart framing, and /v1's chat completions and responses
+  API_MAX_BODY_BYTES (an image as a data: URL).
 * SIGTERM. Stop listening, let streams finish for SHUTDOWN_GRACE_SECONDS, then end the
   rest (text and usage saved as `interrupted`, websocket watchers get `done`, `/v1`
   clients an error event and `[DONE]`), close the sockets, and only then stop the loop.
@@ -120,7 +121,12 @@ class ChatServer(Server):
         self.api_slow = settings.API_SLOW_CLIENT_SECONDS
         self.chat_slow = settings.CHAT_SLOW_CLIENT_SECONDS
         LimitedRequest.max_body = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
-        LimitedRequest.large_bodies = {b"/api/attachments": settings.ATTACHMENT_MAX_FILE_BYTES + UPLOAD_FRAMING}
+        LimitedRequest.large_bodies = {
+            b"/api/attachments": settings.ATTACHMENT_MAX_FILE_BYTES + UPLOAD_FRAMING,
+            # Images as data: URLs (chat/lib/model_params.py); read by metered_post(), not Django's request.body.
+            b"/v1/chat/completions": settings.API_MAX_BODY_BYTES,
+            b"/v1/responses": settings.API_MAX_BODY_BYTES,
+        }
 
     # --- who asked, and the access log -------------------------------------------
 

@@ -547,6 +547,9 @@ if CHAT_LEASE_SECONDS < 2:
 # --- The server (chatsite/server.py) ----------------------------------------
 # Largest request body, bytes (Django's own limit too): larger ones get 413 as they arrive.
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_number("REQUEST_MAX_BYTES", 2_621_440)
+# A /v1 chat completion's or response's body: room for an image of ATTACHMENT_MAX_FILE_BYTES as a data: URL
+# (base64 makes 20 MB 26.7 MB) besides the text. 28 MiB, nginx's `client_max_body_size 28m`.
+API_MAX_BODY_BYTES = env_number("API_MAX_BODY_BYTES", 29_360_128)
 # A /v1 stream's client that reads nothing for this long is disconnected (its usage is kept);
 # a websocket that does not take its frames for this long is closed with 4008.
 API_SLOW_CLIENT_SECONDS = env_number("API_SLOW_CLIENT_SECONDS", 30.0, float)
@@ -653,7 +656,7 @@ if INVITE_DAYS < 1:
 # 0 would stop every stream, request or save rather than turn anything off.
 POSITIVE = {
     "DATABASE_THREADS": DATABASE_THREADS, "REQUEST_MAX_BYTES": DATA_UPLOAD_MAX_MEMORY_SIZE,
-    "RESPONSES_MAX_HISTORY_BYTES": RESPONSES_MAX_HISTORY_BYTES,
+    "RESPONSES_MAX_HISTORY_BYTES": RESPONSES_MAX_HISTORY_BYTES, "API_MAX_BODY_BYTES": API_MAX_BODY_BYTES,
     "UPSTREAM_DEADLINE": UPSTREAM_DEADLINE, "UPSTREAM_CONNECT_TIMEOUT": UPSTREAM_CONNECT_TIMEOUT,
     "UPSTREAM_READ_TIMEOUT": UPSTREAM_READ_TIMEOUT, "UPSTREAM_FIRST_BYTE_TIMEOUT": UPSTREAM_FIRST_BYTE_TIMEOUT,
     "CHAT_SAVE_INTERVAL": CHAT_SAVE_INTERVAL, "API_SLOW_CLIENT_SECONDS": API_SLOW_CLIENT_SECONDS,

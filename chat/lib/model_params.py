@@ -23,7 +23,7 @@ MAX_SEED = 2**63 - 1
 # otherwise (ATTACHMENT_MAX_FILE_BYTES), and the length of an https link.
 DEFAULT_MAX_IMAGE_BYTES = 20_000_000
 MAX_IMAGE_LINK = 2048
-IMAGE_DATA_URL = re.compile(r"data:image/(png|jpeg|webp|gif);base64,")
+IMAGE_DATA_URL = re.compile(r"data:image/(png|jpeg|webp|gif);base64,", re.IGNORECASE)  # media types have no case
 
 # name -> (lowest, highest); bool is never a number here.
 NUMBER_PARAMS = {

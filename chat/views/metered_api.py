@@ -109,7 +109,9 @@ async def metered_post(
     if secret is None:
         return None, unauthorized()
     try:
-        body, invalid = parse(request.body), None
+        # read(), not request.body: Django's body refuses anything past REQUEST_MAX_BYTES, and these paths may take
+        # API_MAX_BODY_BYTES (chatsite/server.py refuses more while it arrives).
+        body, invalid = parse(request.read()), None
     except RequestError as exc:
         body, invalid = None, exc  # a bad token is a 401 before a bad request's 400
     meter = meter_type(body)

@@ -256,7 +256,7 @@ def read_answer(sock: socket.socket) -> bytes:
 
 @pytest.fixture(scope="module")
 def small_bodies(django_db_setup, django_db_blocker):
-    with live(REQUEST_MAX_BYTES="100000") as server:
+    with live(REQUEST_MAX_BYTES="100000", API_MAX_BODY_BYTES="100000") as server:  # the path below has the second
         yield server
 
 

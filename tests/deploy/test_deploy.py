@@ -240,8 +240,9 @@ def test_x_forwarded_proto_is_set_by_nginx_and_trusted_by_django(stack):
 
 
 def test_a_body_over_client_max_body_size_is_refused_by_nginx(stack):
+    """/v1/ takes 28 MiB (an image as a data: URL, API_MAX_BODY_BYTES); more is refused by nginx."""
     site, nginx, _, _ = stack
-    huge = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "x" * 3_000_000}]})
+    huge = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "x" * 30_000_000}]})
     with httpx.Client(verify=False) as client:
         response = client.post(
             nginx.url + "/v1/chat/completions",

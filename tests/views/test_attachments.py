@@ -421,6 +421,24 @@ def test_v1_forwards_image_parts_to_image_models_and_meters_them(sdk, providers,
     assert Usage.objects.filter(user=alice, source=Usage.Source.API, status="complete").count() == 2
 
 
+def test_v1_takes_a_phone_photo_as_a_data_url_past_the_pages_body_limit(sdk, providers, fake, settings):
+    """A 5 MB photo is 6.7 MB of base64, past REQUEST_MAX_BYTES (2.5 MB): it was refused with 413 although images
+    of up to ATTACHMENT_MAX_FILE_BYTES are accepted. The media type's case does not matter either."""
+    providers["api14"].image_models = GPT
+    providers["api14"].save()
+    photo = base64.b64encode(files.image(8, 8) + b"\0" * 5_000_000).decode()
+    assert len(photo) > settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    for media in ("image/png", "image/PNG"):
+        answer = sdk.chat.completions.create(model=GPT, messages=image_message(f"data:{media};base64,{photo}"))
+        assert answer.choices[0].message.content
+        assert fake.app.last().body["messages"][0]["content"][1]["image_url"]["url"].endswith(photo[-20:])
+    # Past API_MAX_BODY_BYTES, the body is refused as it arrives, in OpenAI's shape.
+    huge = "A" * (settings.API_MAX_BODY_BYTES + 1)
+    with pytest.raises(openai.APIStatusError) as refused:
+        sdk.chat.completions.create(model=GPT, messages=image_message(f"data:image/png;base64,{huge}"))
+    assert refused.value.status_code == 413 and refused.value.body["code"] == "request_too_large"
+
+
 def test_v1_refuses_images_for_other_models_and_oversized_or_odd_image_parts(sdk, providers, fake):
     url = "data:image/png;base64," + base64.b64encode(files.image(8, 8)).decode()
     with pytest.raises(openai.BadRequestError) as refused:
