@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 
 from chat.models import McpServer, McpTool, tool_name
@@ -122,6 +123,13 @@ def tools_for(user, chosen: list[str] | None) -> tuple[ToolSpec, ...]:
                 endpoint=endpoint,
             ))  # fmt: skip
     return tuple(specs)
+
+
+def still_offered(user_id: int, server: str, tool: str) -> bool:
+    """Whether a tool offered at a turn's start still is: its server enabled and open to the person, the tool on."""
+    user = get_user_model().objects.get(pk=user_id)
+    found = McpServer.objects.usable_by(user).filter(name=server).first()
+    return found is not None and not McpTool.objects.filter(server=found, name=tool, enabled=False).exists()
 
 
 def menu_for(user) -> list[dict[str, Any]]:

@@ -15,7 +15,7 @@ from django.conf import settings
 
 from chat.models import Message, Usage
 from chat.runtime import db_threads, process_loops
-from chat.streaming import tool_loop, tool_rounds, upstream
+from chat.streaming import tool_catalog, tool_loop, tool_rounds, upstream
 from chat.streaming.frames import MAX_FRAME_CHARS, frame
 from chat.streaming.providers import stream_state
 from chat.streaming.relay import prompt_chars
@@ -64,11 +64,17 @@ class ToolTurn:
                 log.warning("generation %s: cannot save the tool rounds (%s)", self.job.message_id, exc)
 
     async def _approve(self, call: tool_loop.Call) -> bool:
-        """The person's Approve (True) or Deny, or a denial after MCP_APPROVAL_SECONDS."""
+        """The person's Approve (True) or Deny, or a denial after MCP_APPROVAL_SECONDS; an Approve of a tool staff
+        switched off (or took from the person) while it waited is not one."""
         future = self._approvals.setdefault(call.id, asyncio.get_running_loop().create_future())
         try:
             async with asyncio.timeout(settings.MCP_APPROVAL_SECONDS):
-                return await future
+                approved = await future
+            if approved and not await db_threads.run(tool_catalog.still_offered)(self.job.user_id, call.server,
+                                                                                  call.tool):  # fmt: skip
+                call.error = "the tool was switched off while it waited for approval"
+                return False
+            return approved
         except TimeoutError:
             call.error = f"no answer from the person within {settings.MCP_APPROVAL_SECONDS:g} s"
             return False

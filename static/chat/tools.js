@@ -212,8 +212,9 @@ export class ToolsMenu {
     this.draw();
   }
 
+  /** Every tool's name, a down server's too: "all on" made explicit must not switch those off for good. */
   names() {
-    return this.servers.flatMap((server) => (server.health === "down" ? [] : server.tools.map((tool) => tool.name)));
+    return this.servers.flatMap((server) => server.tools.map((tool) => tool.name));
   }
 
   draw() {

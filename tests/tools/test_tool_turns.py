@@ -222,6 +222,18 @@ async def test_switched_off_tools_and_asks_first(connect, alice, team, tools_ser
     reply = await Message.objects.aget(pk=done["message"])
     assert reply.tool_rounds[0]["calls"][0]["status"] == "ok"
 
+    # Switched off by staff while it waited: an Approve does not run it.
+    await ws.send(type="send", conversation=done["conversation"], content=ECHO)
+    frames = await ws.until("tool_call")
+    while frames[-1]["call"]["status"] != "waiting":
+        frames += await ws.until("tool_call")
+    await McpTool.objects.filter(server=tools_server, name="echo").aupdate(enabled=False)
+    await ws.send(type="tool_approval", message=frames[-1]["message"], call=frames[-1]["call"]["id"], approve=True)
+    done = (await ws.until("done"))[-1]
+    call = (await Message.objects.aget(pk=done["message"])).tool_rounds[0]["calls"][0]
+    assert (call["status"], call["error"]) == ("denied", "the tool was switched off while it waited for approval")
+    await McpTool.objects.filter(server=tools_server, name="echo").aupdate(enabled=True)
+
     # Not answered in time: denied, and the record says so rather than that the person denied it.
     with override_settings(MCP_APPROVAL_SECONDS=0.2):
         await ws.send(type="send", conversation=done["conversation"], content=ECHO)

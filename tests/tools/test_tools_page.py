@@ -132,3 +132,21 @@ def test_past_the_round_limit_the_call_never_asked_leaves_no_box_saying_asking(t
     expect(runs).to_have_count(settings.MCP_MAX_ROUNDS)
     expect(reply.locator('details.tool-run[data-status="streaming"]')).to_have_count(0)
     expect(reply.locator(".message-error")).to_contain_text(f"{settings.MCP_MAX_ROUNDS} rounds")
+
+
+def test_unticking_a_tool_keeps_a_down_servers_tools_on(tools_page, team):
+    """Making "every tool" a list of names left out a server that was down then, for good: back up, its tools
+    stayed off in that conversation and a call to one was "not available"."""
+    from chat.models import Conversation, McpServer
+
+    down = McpServer.objects.create(name="later", url="http://127.0.0.1:9/mcp", health="down",
+                                    tools=[{"name": "ping", "input_schema": {"type": "object"}}])  # fmt: skip
+    down.groups.add(team)
+    page = tools_page
+    page.reload()
+    page.locator("#tools-button").click()
+    page.locator('#tools-panel input[value="tests__add"]').uncheck()
+    page.locator("#tools-button").click()
+    wait_done(send(page, "[[echo]] hello"))
+    chosen = Conversation.objects.get().tools
+    assert "tests__add" not in chosen and "later__ping" in chosen and "tests__echo" in chosen, chosen
