@@ -158,7 +158,7 @@ function updateActions() {
   const idle = state.streaming === null && state.pending === null;
   for (const view of views) {
     const button = view.article.querySelector(view.role === "user" ? "[data-action=edit]" : "[data-action=regenerate]");
-    button.hidden = !idle;
+    button.hidden = !idle || Boolean(view.retry && !view.retry.hidden); // Retry, in words, stands in for it
     if (view.retry) view.retry.disabled = !idle;
   }
   updateBranchControls(ui.thread, views, idle);
@@ -281,7 +281,9 @@ function showReviews(reads) {
   line.textContent = t("Reviewed by %(names)s (last %(last)s)", { names: names.join(", "), last });
 }
 
-function newChat({ push = true } = {}) {
+/** A new chat. `replace`: the open conversation is gone (deleted), so its address leaves the history too (Back
+ * must not lead to it); `push` false: the address is the caller's affair. */
+function newChat({ push = true, replace = false } = {}) {
   showReviews(null);
   archivedNotice.show(null);
   state.loadSeq += 1;
@@ -296,7 +298,8 @@ function newChat({ push = true } = {}) {
   settings.fill(null);
   toolsMenu.load(null);
   setup.fill(); // the person's defaults (presets.js)
-  if (push && location.pathname !== "/") history.pushState({}, "", "/");
+  if (replace) history.replaceState({}, "", "/");
+  else if (push && location.pathname !== "/") history.pushState({}, "", "/");
   closeSidebar();
   updateComposer();
   ui.input.focus();
@@ -604,7 +607,7 @@ function onConversations(frame) {
   sidebar.refresh();
   const open = state.conversation;
   if (open !== null && frame.deleted?.includes(open)) {
-    newChat();
+    newChat({ replace: true });
     if (frame.tab !== TAB) showNotice(t("The conversation that was open here was deleted in another tab."));
   } else if (frame.changed) {
     followChange(frame.changed);
@@ -678,7 +681,7 @@ function switchedTo(view) {
 
 const sidebar = new Sidebar({
   open: (id) => openConversation(id),
-  deleted: (id) => id === state.conversation && newChat(),
+  deleted: (id) => id === state.conversation && newChat({ replace: true }),
   changed: followChange,
   error: showNotice,
 });
@@ -706,6 +709,7 @@ const tray = new AttachmentTray({
   onError: (text) => showNotice(text, "attachment"),
   onChange: ({ uploaded }) => {
     if (uploaded) clearNotice("attachment"); // a file went in: the one refused before is old news
+    if (uploaded) announce(t("%(name)s attached", { name: uploaded })); // the chip alone says nothing to a reader
     recheckComposer();
   },
 });
@@ -806,6 +810,7 @@ async function copyAnswer(button, view) {
   }
   if (!button.dataset.feedback) button.dataset.label = button.getAttribute("aria-label");
   button.dataset.feedback = said;
+  announce(said); // heard also when the copy came from Ctrl+Shift+C, with the focus elsewhere
   button.setAttribute("aria-label", said);
   button.title = said;
   setIcon(button, said === t("Copied") ? "check" : "cross");

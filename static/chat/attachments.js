@@ -165,7 +165,7 @@ export class AttachmentTray {
           node.dataset.state = "ready";
           item.node.replaceWith(node);
           item.node = node;
-          this.onChange({ uploaded: true });
+          this.onChange({ uploaded: name });
           return undefined;
         },
         (error) => {

@@ -218,6 +218,7 @@ export function folderBlock(folder, open) {
   const count = document.createElement("span");
   count.className = "folder-count";
   count.textContent = folder.count ? String(folder.count) : "";
+  count.setAttribute("aria-hidden", "true"); // said in words beside it: "Work (1 conversation)", not "Work 1 (1 …)"
   const counted = document.createElement("span");
   counted.className = "visually-hidden";
   counted.textContent = nt("(%(count)s conversation)", "(%(count)s conversations)", folder.count || 0);

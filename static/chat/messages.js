@@ -315,6 +315,9 @@ export class MessageView {
     }
     this.setStatus(message.status);
     this.retry.hidden = !RETRYABLE.has(message.status);
+    // Retry says in words what Regenerate would do; an answer with no text has nothing to copy.
+    this.actions.querySelector('[data-action="regenerate"]').hidden = !this.retry.hidden;
+    this.actions.querySelector('[data-action="copy"]').hidden = !(message.content || "").trim();
     const label = statusText(message.status, message.finish_reason);
     this.statusLine.textContent = label;
     this.statusLine.hidden = !label;

@@ -139,7 +139,9 @@ export class Sidebar {
     const newFolder = iconButton("new-folder", t("New folder"), 18);
     newFolder.id = "new-folder";
     newFolder.addEventListener("click", () => this.createFolder());
-    this.archiveToggle = iconButton("archive", t("Show archived conversations"), 18);
+    // Named for what it shows, its state in aria-pressed ("Show …, pressed" read as a contradiction once on).
+    this.archiveToggle = iconButton("archive", t("Archived conversations"), 18);
+    this.archiveToggle.title = t("Show archived conversations");
     this.archiveToggle.id = "show-archived";
     this.archiveToggle.setAttribute("aria-pressed", "false");
     this.archiveToggle.addEventListener("click", () => this.showArchived(!this.archived));

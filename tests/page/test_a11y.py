@@ -127,8 +127,12 @@ def test_sending_stopping_regenerating_renaming_and_deleting_by_keyboard_alone(p
     expect(page.get_by_role("button", name="Delete", exact=True)).to_be_focused()
     page.keyboard.press("Enter")
     expect(page.locator("#conversation-list li")).to_have_count(0)
-    # The open conversation went: a new chat, the focus in its message box (not on the page's body).
+    # The open conversation went: a new chat, the focus in its message box (not on the page's body), and its
+    # address gone from the history (Back leads to what came before, not to a conversation that is no more).
     expect(page.get_by_label("Message", exact=True)).to_be_focused()
+    expect(page).to_have_url(re.compile(r"/$"))
+    page.go_back()
+    assert "/c/" not in page.url, page.url
 
 
 def focus_by_tab(page: Page, target, backwards: bool = False, limit: int = 60) -> None:
@@ -155,8 +159,13 @@ def test_a_finished_answer_is_announced_once_not_every_token(page: Page):
     )
     expect(live).to_have_text(re.compile(r"^Answer finished: .*Ann.*the docs"))
     assert not re.search(r"[|*\[\]]|---", live.inner_text()), live.inner_text()
-    wait_done(send(page, "[[status:500]] fail"), "failed")
+    failed = send(page, "[[status:500]] fail")
+    wait_done(failed, "failed")
     expect(live).to_have_text(re.compile(r"^Answer failed: \w.{10,}"))
+    # Nothing to copy, and one way to ask again, in words: Retry, not Regenerate beside it.
+    expect(failed.get_by_role("button", name="Retry", exact=True)).to_be_visible()
+    for hidden in ("Copy answer", "Regenerate"):
+        expect(failed.get_by_role("button", name=hidden)).to_be_hidden()
 
 
 def test_touch_targets_on_a_phone_are_at_least_44_pixels(new_page, alice, providers):

@@ -106,6 +106,7 @@ def test_the_shortcuts_people_know(new_page, alice, providers):
     box.focus()
     page.keyboard.press("Control+Shift+C")
     expect(reply.get_by_role("button", name="Copied")).to_be_attached()
+    expect(page.locator("#announce")).to_have_text("Copied")  # heard, though the focus stayed in the message box
     assert page.evaluate("() => navigator.clipboard.readText()") == "copy me please"
     # Ctrl+Shift+O: a new chat, the message box focused.
     page.keyboard.press("Control+Shift+O")

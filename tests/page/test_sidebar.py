@@ -86,7 +86,7 @@ def test_archive_hides_a_conversation_search_still_finds_it_and_restore_brings_i
     expect(row(page, old).locator(".archived-badge")).to_have_text("Archived")
     page.get_by_label("Search conversations").fill("")
     expect(nav.locator("li")).to_have_text(["Kept"])
-    toggle = page.get_by_role("button", name="Show archived conversations")
+    toggle = page.get_by_role("button", name="Archived conversations", exact=True)  # its state: aria-pressed
     toggle.click()
     expect(toggle).to_have_attribute("aria-pressed", "true")
     expect(page.get_by_role("heading", name="Archived conversations")).to_be_visible()
