@@ -17,6 +17,7 @@ from chat.lib.model_params import MAX_SYSTEM_PROMPT
 from chat.lib.request_fields import parse_params
 from chat.models import ChatError, Conversation, Message
 from chat.models.conversations import branch_ids
+from chat.streaming import tool_loop
 
 FORMAT = "team-chat/conversations"
 VERSION = 1
@@ -301,7 +302,7 @@ def _message(data, where: str, seen: set) -> dict:
         "thinking_ms": thinking_ms,
         "tool_calls": tool_calls,
         # Shown and sent upstream as the answer's history; an import runs no tool and grants none.
-        "tool_rounds": tool_rounds or None,
+        "tool_rounds": _settled(tool_rounds) or None,
         "status": status,
         "finish_reason": _text(data.get("finish_reason"), f"{where}: finish_reason", MAX_FIELD)[:30],
         "error": _text(data.get("error"), f"{where}: error", limit),
@@ -318,6 +319,16 @@ def _rounds(value) -> bool:
         and all(isinstance(call, dict) for call in entry["calls"])
         for entry in value
     )  # fmt: skip
+
+
+def _settled(rounds: list | None) -> list | None:
+    """The rounds with a call left waiting or running (exported mid-turn, or written so) ended as cancelled: an
+    imported answer runs nothing, and its page must not offer Approve or count a call's seconds for ever."""
+    for entry in rounds or []:
+        for call in entry["calls"]:
+            if call.get("status") in (*tool_loop.UNFINISHED, "streaming"):
+                call["status"], call["error"] = tool_loop.CANCELLED, "not finished when it was exported"
+    return rounds
 
 
 def _whole(value) -> bool:

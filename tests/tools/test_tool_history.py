@@ -74,6 +74,25 @@ def test_the_markdown_export_folds_each_call_in_where_the_model_made_it(alice, a
     assert fenced("<b>x</b> ``` y") == "````\n<b>x</b> ``` y\n````"
 
 
+def test_an_imported_call_left_waiting_or_running_arrives_cancelled(bob):
+    """Such an answer showed live Approve and Deny buttons and a timer counting for ever: an import runs nothing."""
+    from chat.models import Message
+
+    client = Client()
+    client.force_login(bob)
+    calls = [
+        {"id": "a", "name": "tests__echo", "status": "waiting"},
+        {"id": "b", "name": "tests__add", "status": "running", "started_ms": 1},
+        {"id": "c", "name": "tests__add", "status": "ok", "result": "3"},
+    ]
+    answer = {"id": 2, "parent": 1, "role": "assistant", "content": "y", "tool_rounds": [{"at": 0, "calls": calls}]}
+    body = {"messages": [{"id": 1, "role": "user", "content": "x"}, answer]}
+    assert client.post("/api/import", json.dumps(body), content_type="application/json").status_code in (200, 201)
+    stored = Message.objects.get(role="assistant", conversation__owner=bob).tool_rounds[0]["calls"]
+    assert [call["status"] for call in stored] == ["cancelled", "cancelled", "ok"]
+    assert stored[0]["error"] == "not finished when it was exported" and stored[2]["result"] == "3"
+
+
 def test_an_import_with_malformed_rounds_is_refused(bob):
     client = Client()
     client.force_login(bob)
