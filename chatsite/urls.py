@@ -16,3 +16,5 @@ urlpatterns = [
 ]
 if settings.OIDC_ISSUER:  # /oidc/authenticate/ and /oidc/callback/ (chat/auth/oidc.py's views)
     urlpatterns.append(path("oidc/", include("mozilla_django_oidc.urls")))
+# A refused request (a Host not in ALLOWED_HOSTS) under /v1/ or /api/ gets JSON its client can read.
+handler400 = "chat.views.json_api.bad_request"

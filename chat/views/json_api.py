@@ -6,7 +6,7 @@ import functools
 
 from django.http import JsonResponse
 from django.utils.translation import gettext as _
-from django.views import csrf
+from django.views import csrf, defaults
 
 from chat.lib.json_depth import MAX_STORED_DEPTH, TooDeep, loads_stored
 from chat.models import ChatError
@@ -41,6 +41,17 @@ def csrf_failure(request, reason: str = ""):
         detail = _("This page's security token is out of date (after a new sign-in, say): reload the page.")
         return error(403, "csrf_failed", detail)
     return csrf.csrf_failure(request, reason)
+
+
+def bad_request(request, exception=None):
+    """handler400 (a Host not in ALLOWED_HOSTS, say): JSON in each API's own shape, where a client reads JSON."""
+    detail = "The request was refused: its Host header is not one this server answers to, or it is malformed."
+    if request.path.startswith("/v1/"):
+        body = {"error": {"message": detail, "type": "invalid_request_error", "param": None, "code": "bad_request"}}
+        return JsonResponse(body, status=400)
+    if request.path.startswith("/api/"):
+        return error(400, "bad_request", detail)
+    return defaults.bad_request(request, exception)
 
 
 def unknown_path(request, rest: str = "") -> JsonResponse:

@@ -520,3 +520,13 @@ async def test_a_start_is_one_database_trip_before_the_upstream_request(token, p
     status, _, streamed = await answer(ASGIHandler(), request, body)
     assert status == 200 and streamed.endswith(b"data: [DONE]\n\n")
     assert trips == [("open", 1), ("_save", 2)]
+
+
+def test_a_host_this_server_does_not_answer_to_gets_json_not_a_page(server, token):
+    """ALLOWED_HOSTS refuses it: under /v1/ in OpenAI's error shape (the SDKs read it), under /api/ in the page's."""
+    headers = {"Authorization": f"Bearer {token}", "Host": "chat.attacker.example"}
+    refused = httpx.post(server.url + "/v1/chat/completions", json={}, headers=headers)
+    assert refused.status_code == 400 and refused.json()["error"]["type"] == "invalid_request_error"
+    page = httpx.get(server.url + "/api/conversations", headers={"Host": "chat.attacker.example"})
+    assert page.status_code == 400 and page.json()["error"]["code"] == "bad_request"
+    assert "<html" in httpx.get(server.url + "/", headers={"Host": "chat.attacker.example"}).text.lower()
