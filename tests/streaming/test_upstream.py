@@ -132,6 +132,8 @@ def test_scrub_removes_keys_bearer_tokens_and_sk_secrets():
     assert key not in clean and "sk-live" not in clean and "abc.def" not in clean
     assert clean.count("[redacted]") == 4 and clean.startswith("bad key [redacted];")
     assert upstream.scrub("a short key x stays", ["x"]) == "a short key x stays"
+    # The sentence around a token stays: not "(send Bearer [redacted]" with the rest swallowed.
+    assert upstream.scrub("Refused (send Bearer eyJ.a.b).") == "Refused (send Bearer [redacted])."
 
 
 def test_error_text_is_one_line_never_html_or_a_repr():

@@ -58,7 +58,8 @@ class UpstreamError(Exception):
 REDACTED = "[redacted]"
 REDACTED_BYTES = REDACTED.encode()
 # An Authorization value an upstream echoes back, and keys that look like OpenAI-style secrets.
-_BEARER_RE = re.compile(r"(?i)\b(bearer)\s+[^\s\"'<>,;]+")
+# A token may hold dots (a JWT's), but not the brackets or the full stop of the sentence around it.
+_BEARER_RE = re.compile(r"(?i)\b(bearer)\s+[^\s\"'<>,;()\[\]{}]*[^\s\"'<>,;()\[\]{}.]")
 _KEY_RE = re.compile(r"\bsk-[A-Za-z0-9_\-]{6,}")
 _HTML_RE = re.compile(r"(?is)^\s*(<!doctype\s+html|<html|<head|<body)")
 _TITLE_RE = re.compile(r"(?is)<title[^>]*>(.*?)</title>")
