@@ -28,7 +28,8 @@ def focused_row(page) -> str | None:
     )
 
 
-def test_the_conversation_list_is_one_tab_stop_with_arrow_keys_inside(new_page, alice, providers):
+def three_rows(new_page, alice):
+    """Alice's page with three conversations, newest first: Third, Second, First; the page and the list's rows."""
     for age, title in enumerate(["Third", "Second", "First"]):
         conversation = conversation_for(alice, title, "hi", "ho")
         Conversation.objects.filter(pk=conversation.pk).update(updated=timezone.now() - timedelta(minutes=age))
@@ -36,6 +37,11 @@ def test_the_conversation_list_is_one_tab_stop_with_arrow_keys_inside(new_page, 
     open_chat(page)
     rows = page.locator("#conversation-list li")
     expect(rows).to_have_count(3)
+    return page, rows
+
+
+def test_the_conversation_list_is_one_tab_stop_with_arrow_keys_inside(new_page, alice, providers):
+    page, rows = three_rows(new_page, alice)
     # Before: the link and three buttons of every row were Tab stops (twelve here).
     page.locator("#show-archived").focus()
     page.keyboard.press("Tab")
@@ -132,13 +138,7 @@ def test_the_shortcuts_people_know(new_page, alice, providers):
 def test_a_row_that_leaves_the_list_hands_the_focus_to_its_neighbour(new_page, alice, providers):
     """Archive, a move and a delete from a row's menu: the focus does not fall to the page's body, where a screen
     reader's place would be lost, but lands on the row that followed (the one before, for the last row)."""
-    for age, title in enumerate(["Third", "Second", "First"]):
-        conversation = conversation_for(alice, title, "hi", "ho")
-        Conversation.objects.filter(pk=conversation.pk).update(updated=timezone.now() - timedelta(minutes=age))
-    page = new_page(alice)
-    open_chat(page)
-    rows = page.locator("#conversation-list li")
-    expect(rows).to_have_count(3)
+    page, rows = three_rows(new_page, alice)
     rows.nth(1).get_by_role("button", name="More actions for “Second”").focus()
     page.keyboard.press("Enter")
     page.get_by_role("menuitem", name="Archive").press("Enter")
