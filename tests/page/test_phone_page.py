@@ -5,6 +5,8 @@ whose controls fit 360 px without squeezing the title.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from playwright.sync_api import expect
 
@@ -115,3 +117,13 @@ def test_the_drawer_takes_the_focus_keeps_it_and_gives_it_back(new_page, alice, 
     page.set_viewport_size({"width": 1200, "height": 800})
     page.get_by_label("Message", exact=True).focus()
     expect(page.get_by_label("Message", exact=True)).to_be_focused()
+
+
+def test_a_long_draft_in_a_short_window_leaves_the_conversation_room(new_page, alice, providers):
+    """A desktop at 200 % zoom is 640 × 400: a draft of many lines took 40 % of it, leaving the messages 70 px."""
+    page = new_page(alice, viewport={"width": 640, "height": 400})
+    open_chat(page)
+    box = page.get_by_label("Message", exact=True)
+    box.fill("\n".join(f"line {n}" for n in range(12)))
+    expect(box).to_have_value(re.compile("line 11$"))
+    assert box.bounding_box()["height"] <= 0.25 * 400 + 1, box.bounding_box()
