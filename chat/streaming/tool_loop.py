@@ -63,7 +63,8 @@ class Call:
     def for_model(self) -> str:
         """What the model reads as this call's result."""
         if self.status == OK:
-            return self.result + ("\n[result cut to its first characters]" if self.truncated else "")
+            cut = f"\n[result cut to its first {len(self.result)} characters]" if self.truncated else ""
+            return self.result + cut
         return f"[tool call {self.status}] {self.error}"
 
 

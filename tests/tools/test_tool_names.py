@@ -39,3 +39,11 @@ def test_a_server_name_with_two_underscores_in_a_row_is_refused():
     with pytest.raises(ValidationError, match="Two underscores"):
         McpServer(name="a__b", url="https://example.com/mcp").full_clean()
     McpServer(name="a_b-c", url="https://example.com/mcp").full_clean()
+
+
+def test_a_cut_result_tells_the_model_how_much_of_it_it_has():
+    from chat.streaming.tool_loop import Call
+
+    call = Call(id="a", name="tests__big", arguments="{}", status="ok", result="x" * 1000, truncated=True)
+    assert call.for_model() == "x" * 1000 + "\n[result cut to its first 1000 characters]"
+    assert Call(id="b", name="tests__add", arguments="{}", status="ok", result="3").for_model() == "3"
