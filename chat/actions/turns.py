@@ -104,6 +104,11 @@ class TurnRequest:
         """Whether the model accepts images (else they are refused, and left out of the history)."""
         return self.entry.provider.accepts_images(self.entry.model)
 
+    @cached_property
+    def takes_tools(self) -> bool:
+        """Whether the model takes tools (else earlier answers' calls reach it as text, not as tool messages)."""
+        return self.entry.provider.takes_tools(self.entry.model)
+
 
 def turn_inputs(user, conversation_id: int | None) -> tuple:
     """What a turn's start reads before it resolves its model.
@@ -376,7 +381,7 @@ def _answer(request: TurnRequest, conversation: Conversation, user_message: Mess
 def _history(request: TurnRequest, conversation: Conversation, alone: Message | None) -> list[dict]:
     """What goes upstream: the system prompt and the chosen branch; `alone`, a new conversation's only message."""
     if alone is None:
-        return upstream_messages(conversation, images=request.images)
+        return upstream_messages(conversation, images=request.images, tools=request.takes_tools)
     # Created just now, the conversation holds only this message: its history needs no query.
     history = [{"role": "system", "content": conversation.system_prompt}] if conversation.system_prompt else []
     if alone.content:

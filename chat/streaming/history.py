@@ -4,14 +4,17 @@ from __future__ import annotations
 
 from chat.models.attachments import Attachment
 from chat.models.conversations import Conversation
-from chat.streaming.tool_loop import stored_round_messages
+from chat.streaming.tool_loop import stored_round_messages, stored_round_text
 
 
-def upstream_messages(conversation: Conversation, *, images: bool = False) -> list[dict]:
+def upstream_messages(conversation: Conversation, *, images: bool = False, tools: bool = True) -> list[dict]:
     """The history in OpenAI's shape: system prompt, then every message with text or attachments.
 
     A user message's attachments go with it (chat/models/attachments.py): documents as
     delimited text before its words, images as image_url parts when `images` (the model accepts them).
+    An answer that called tools goes as its calls and their results (tool messages) when `tools` (the model
+    takes them); else as one message of text with each call noted in it: a provider may refuse tool messages
+    in a request that offers no tools (Anthropic's API does), as after a switch to a model without them.
     """
     history: list[dict] = (
         [{"role": "system", "content": conversation.system_prompt}] if conversation.system_prompt else []
@@ -23,7 +26,7 @@ def upstream_messages(conversation: Conversation, *, images: bool = False) -> li
     rows = conversation.messages.filter(pk__in=on_path).values_list("pk", "role", "content", "tool_rounds")
     for pk, role, content, rounds in rows:
         if rounds and role == "assistant":  # an answer that called tools: its calls and their results, in order
-            history += stored_round_messages(content, rounds)
+            history += stored_round_messages(content, rounds) if tools else [stored_round_text(content, rounds)]
         elif pk in attached:
             history.append({"role": role, "content": upstream_content(content, attached[pk], images=images)})
         elif content:

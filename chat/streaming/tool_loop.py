@@ -225,6 +225,21 @@ def round_messages(content: str, calls: list[Call]) -> list[dict[str, Any]]:
     return [assistant, *({"role": "tool", "tool_call_id": call.id, "content": call.for_model()} for call in calls)]
 
 
+def stored_round_text(content: str, rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """stored_round_messages() as one assistant message of text, for a model that takes no tools: each call and
+    its result noted where the model made it."""
+    parts = []
+    for message in stored_round_messages(content, rounds):
+        if message["role"] == "tool":
+            parts.append(f"[tool result: {message['content']}]")
+            continue
+        if message.get("content"):
+            parts.append(message["content"])
+        for call in message.get("tool_calls") or ():
+            parts.append(f"[tool call {call['function']['name']} {call['function']['arguments']}]")
+    return {"role": "assistant", "content": "\n".join(parts)}
+
+
 def stored_round_messages(content: str, rounds: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """A stored answer with tool rounds (Message.tool_rounds) as the messages the model saw: each round's text
     and calls, their results, then the text after the last round."""

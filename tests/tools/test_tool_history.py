@@ -30,6 +30,17 @@ def answered(alice):
     return conversation
 
 
+def test_a_model_that_takes_no_tools_reads_the_calls_as_text(answered):
+    """Tool messages in a request that offers no tools are refused by some providers (Anthropic's API): after a
+    switch to a model without tools, the earlier answer goes as one message, its calls noted where they were."""
+    history = upstream_messages(answered, tools=False)
+    assert [m["role"] for m in history] == ["user", "assistant"] and "tool_calls" not in history[1]
+    assert history[1]["content"] == "\n".join([
+        "Let m", '[tool call tests__echo {"text": "hi"}]', "[tool result: echo: hi]",
+        "eSee", "[tool call tests__fail {}]", "[tool result: [tool call error] it broke]", ".Done.",
+    ])  # fmt: skip
+
+
 def test_the_history_replays_the_calls_and_their_results(answered):
     history = upstream_messages(answered)
     assert [(m["role"], m.get("content")) for m in history] == [

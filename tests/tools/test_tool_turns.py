@@ -150,6 +150,24 @@ async def test_a_model_without_tools_is_sent_none(connect, alice, team, tools_se
     assert not await ToolCall.objects.aexists()
 
 
+async def test_after_a_tools_turn_a_model_without_tools_is_sent_no_tool_messages(
+    connect, alice, team, tools_server, tool_providers, fake
+):
+    await team.user_set.aadd(alice)
+    _, _, ws = await connect(alice)
+    await ws.send(type="send", conversation=None, content=ECHO, model=MODELS["api14"])
+    done = (await ws.until("done"))[-1]
+    assert any(m["role"] == "tool" for m in fake.app.last().body["messages"])  # the tools turn's second request
+    without = tool_providers["i14"]
+    without.tool_models = ""  # i14's model takes no tools now
+    await without.asave()
+    await ws.send(type="send", conversation=done["conversation"], content="[[echo]] and now?", model=MODELS["i14"])
+    await ws.until("done")
+    sent = fake.app.last().body
+    assert "tools" not in sent and not any(m["role"] == "tool" or m.get("tool_calls") for m in sent["messages"])
+    assert "[tool result: echo: hi]" in sent["messages"][-2]["content"]
+
+
 async def test_a_server_that_is_down_is_left_out(connect, alice, team, tools_server, tool_providers, fake):
     from chat.actions import tool_servers
 
