@@ -10,6 +10,7 @@ from django.views import csrf, defaults
 
 from chat.lib.json_depth import MAX_STORED_DEPTH, TooDeep, loads_stored
 from chat.models import ChatError
+from chat.views.metered_api import openai_error
 
 
 def api(view):
@@ -47,8 +48,7 @@ def bad_request(request, exception=None):
     """handler400 (a Host not in ALLOWED_HOSTS, say): JSON in each API's own shape, where a client reads JSON."""
     detail = "The request was refused: its Host header is not one this server answers to, or it is malformed."
     if request.path.startswith("/v1/"):
-        body = {"error": {"message": detail, "type": "invalid_request_error", "param": None, "code": "bad_request"}}
-        return JsonResponse(body, status=400)
+        return openai_error(400, detail, "invalid_request_error", "bad_request")
     if request.path.startswith("/api/"):
         return error(400, "bad_request", detail)
     return defaults.bad_request(request, exception)

@@ -46,7 +46,7 @@ from chat.views.metered_api import (
 log = logging.getLogger(__name__)
 
 
-def not_found(message: str, param: str) -> Refused:
+def not_found(message: str, param: str | None) -> Refused:
     return Refused(
         HttpResponse(
             error_body(message, "invalid_request_error", "not_found", param),

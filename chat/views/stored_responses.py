@@ -9,10 +9,10 @@ from django.http import HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from chat.auth.api_tokens import authenticate
-from chat.lib.openai_errors import error_body
 from chat.models import StoredResponse
 from chat.runtime import db_threads
 from chat.views.metered_api import openai_error, unauthorized
+from chat.views.responses_api import not_found
 
 
 def response_object(row: StoredResponse) -> dict[str, Any]:
@@ -44,9 +44,5 @@ async def stored_response(request, response_id: str):
         row = await db_threads.run(mine.first)()
         body = response_object(row) if row is not None else None
     if body is None:
-        return HttpResponse(
-            error_body(f"Response with id '{response_id}' not found.", "invalid_request_error", "not_found", None),
-            status=404,
-            content_type="application/json",
-        )
+        return not_found(f"Response with id '{response_id}' not found.", None).response
     return HttpResponse(orjson.dumps(body), content_type="application/json")
