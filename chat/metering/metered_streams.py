@@ -288,6 +288,14 @@ _START_SETTINGS = (
 )
 
 
+def lock_person(user_id: int) -> None:
+    """Lock the person's row until the caller's transaction ends, as a start does (_lock_sql): what is counted and
+    written under it (a stream's start, a tool round's calls this minute) cannot race another of theirs."""
+    if connection.features.has_select_for_update:  # SQLite: its IMMEDIATE transactions already serialise writers
+        with connection.cursor() as cursor:
+            cursor.execute(_lock_sql(), [user_id])
+
+
 def _lock_sql() -> str:
     # NO KEY UPDATE on PostgreSQL: it conflicts with itself but not with the key-share lock every
     # insert of a row referencing the person takes (a conversation, a message's usage row), so a

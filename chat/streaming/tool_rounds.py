@@ -65,7 +65,7 @@ def take_slots(user_id: int, conversation_id: int, message_id: int, wanted: list
     call ended: a process that dies meanwhile leaves it so, which is what became of the call.
     """
     with transaction.atomic():
-        get_user_model().objects.select_for_update(no_key=True).filter(pk=user_id).values_list("pk").first()
+        metered_streams.lock_person(user_id)
         since = timezone.now() - timedelta(minutes=1)
         made = ToolCall.objects.filter(user_id=user_id, created__gte=since).exclude(status__in=NOT_RUN).count()
         free = max(0, settings.MCP_CALLS_PER_MINUTE - made)
