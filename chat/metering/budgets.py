@@ -207,6 +207,8 @@ class Reservation:
 
 
 # Price.objects.in_force() as a scalar subquery, one per price column.
+PRICE_COLUMNS = ("prompt", "completion", "reasoning")
+MONTH_WIDTH = 5  # _month_sql()'s columns before the price's
 PRICE_SUBQUERY = (
     "(SELECT {column} FROM {table} WHERE model = %s AND effective_from <= %s "
     "AND (provider_id = %s OR provider_id IS NULL) "
@@ -214,20 +216,19 @@ PRICE_SUBQUERY = (
 )
 
 
-def reserve_reads(user, *, token=None, provider_id: int | None, model: str, now: datetime) -> list[tuple[str, list]]:
+def reserve_reads(user, *, token=None, provider_id: int | None, model: str,
+                  now: datetime) -> tuple[tuple[str, list], list[tuple[str, list, int]]]:  # fmt: skip
     """What reserve() reads, as statements a start sends with its others in one round trip (metered_streams).
 
-    The budget rows, the person's month with the price, and the token's month: the months are
-    read whether or not a budget applies, as sending them costs less than a round trip more.
+    The budget rows; and the person's month with the price and the token's month, one row each (with
+    its width, so that a start can read them side by side in one statement): the months are read
+    whether or not a budget applies, as sending them costs less than a round trip more.
     """
     since = month_start(now)
-    reads = [
-        _budget_rows_sql(user, token),
-        _month_sql("user_id", user.pk, since, now, (provider_id, model)),
-    ]
+    months = [(*_month_sql("user_id", user.pk, since, now, (provider_id, model)), MONTH_WIDTH + len(PRICE_COLUMNS))]
     if token is not None:
-        reads.append(_month_sql("token_id", token.pk, since, now, None, user_id=user.pk))
-    return reads
+        months.append((*_month_sql("token_id", token.pk, since, now, None, user_id=user.pk), MONTH_WIDTH))
+    return _budget_rows_sql(user, token), months
 
 
 def reserve(user, *, token=None, provider_id: int | None, model: str, prompt_tokens: int, max_tokens: int,
@@ -352,7 +353,7 @@ def _price_columns(now: datetime, price_of: tuple[int | None, str] | None) -> tu
     ops = connection.ops
     table = ops.quote_name(Price._meta.db_table)
     sql, params = "", []
-    for column_name in ("prompt", "completion", "reasoning"):
+    for column_name in PRICE_COLUMNS:
         sql += ", " + PRICE_SUBQUERY.format(column=column_name, table=table)
         params += [price_of[1], ops.adapt_datetimefield_value(now), price_of[0]]
     return sql, params

@@ -35,6 +35,9 @@ class LimitExceeded(ChatError):
         self.retry_after = retry_after
 
 
+COUNTS_WIDTH = 4  # counts_sql()'s columns
+
+
 def counts_sql(user, *, source: str, token=None, now: datetime) -> tuple[str, list]:
     """The statement whose one row enforce() checks: a start's read, sent with its others (metered_streams)."""
     user_rate = settings.RATE_LIMIT_PER_MINUTE

@@ -26,7 +26,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from chat.metering import budgets, limits, stream_metrics
-from chat.models.base import Read, Status, commit_with, insert_read, read_together, update_read
+from chat.models.base import Read, Status, commit_with, insert_read, read_together, side_by_side, update_read
 from chat.models.providers import Provider
 from chat.models.usage import Usage
 
@@ -51,13 +51,24 @@ def admit(user, *, source: str, token=None, check_limits: bool = True, provider:
 def _admission(user, *, source: str, token, check_limits: bool, provider: Provider | None, model: str | None,
                now: datetime, before: list[Read] = ()) -> tuple[tuple | None, list | None]:  # fmt: skip
     """Lock the person's row and read what admitting a start takes, in one round trip on PostgreSQL:
-    the limits' counts (None unless `check_limits`) and the budget's rows (None without a provider and model)."""
-    reads = [limits.counts_sql(user, source=source, token=token, now=now)] if check_limits else []
-    if provider is not None and model is not None:
-        reads += budgets.reserve_reads(user, token=token, provider_id=provider.pk, model=model, now=now)
-    rows = _locked_reads(user.pk, reads, before)
-    counted = rows.pop(0)[0] if check_limits else None
-    return counted, rows if provider is not None and model is not None else None
+    the limits' counts (None unless `check_limits`) and the budget's rows (None without a provider and model).
+
+    The reads of one row each (the counts, the months) go side by side in one statement, the budget rows in another.
+    """
+    budgeted = provider is not None and model is not None
+    one_row = (
+        [(*limits.counts_sql(user, source=source, token=token, now=now), limits.COUNTS_WIDTH)] if check_limits else []
+    )
+    reads = []
+    if budgeted:
+        budget_rows, months = budgets.reserve_reads(user, token=token, provider_id=provider.pk, model=model, now=now)
+        reads, one_row = [Read(*budget_rows)], [*one_row, *months]
+    if one_row:
+        reads.append(side_by_side(one_row))
+    found = _locked_reads(user.pk, reads, before)
+    rows = found.pop() if one_row else []
+    counted = rows.pop(0) if check_limits else None
+    return counted, [found[0], *([row] for row in rows)] if budgeted else None
 
 
 def open_row(user, *, source: str, provider: Provider, model: str, prompt_tokens: int, max_tokens: int, token=None,
@@ -256,8 +267,8 @@ def settle_write(pk: int, fields: dict[str, Any], row: dict[str, Any] | None = N
     return fields, update_read(Usage, pk, fields)
 
 
-def _locked_reads(user_id: int, reads: list[tuple[str, list]], before: list[Read] = ()) -> list[list[tuple]]:
-    """Lock the person's row (see _lock_sql), then run `reads`, each a statement of its own; their rows.
+def _locked_reads(user_id: int, reads: list[Read], before: list[Read] = ()) -> list:
+    """Lock the person's row (see _lock_sql), then run `reads`, each a statement of its own; what they make.
 
     In one round trip on PostgreSQL (read_together: the lock and the reads sent together, with the
     transaction's BEGIN when they are its first statements), since the row stays locked until the start's
@@ -266,14 +277,13 @@ def _locked_reads(user_id: int, reads: list[tuple[str, list]], before: list[Read
     lock waited for. SQLite has no row locks; its IMMEDIATE transactions already serialise writers.
     """
     first = list(before)
-    if connection.vendor == "postgresql":
-        first.append(Read(_START_SETTINGS, []))
     if connection.features.has_select_for_update:
-        first.append(Read(_lock_sql(), [user_id]))
-    return read_together([*first, *(Read(sql, params) for sql, params in reads)])[len(first) :]
+        first.append(Read(_lock_sql(_START_SETTINGS), [user_id]))
+    return read_together([*first, *reads])[len(first) :]
 
 
-# A start's settings, for its transaction only (set_config's `true`: SET LOCAL), in one statement:
+# A start's settings, for its transaction only (set_config's `true`: SET LOCAL), selected by the lock's
+# statement (one statement less on every start):
 # - synchronous_commit off: the start's commit does not wait for its WAL to reach the disk, as
 #   SQLite's (WAL, synchronous=NORMAL) does not: it waited under the lock, every start of the person
 #   after it. A crash of the database's machine may lose the last moment's starts, never corrupt;
@@ -284,7 +294,7 @@ def _locked_reads(user_id: int, reads: list[tuple[str, list]], before: list[Read
 #   which cost the database more CPU than running the whole transaction; each reads a few rows
 #   of one person through its indexes, whatever the values.
 _START_SETTINGS = (
-    "SELECT set_config('synchronous_commit', 'off', true), set_config('plan_cache_mode', 'force_generic_plan', true)"
+    "set_config('synchronous_commit', 'off', true), set_config('plan_cache_mode', 'force_generic_plan', true)"
 )
 
 
@@ -296,10 +306,11 @@ def lock_person(user_id: int) -> None:
             cursor.execute(_lock_sql(), [user_id])
 
 
-def _lock_sql() -> str:
+def _lock_sql(select: str = "1") -> str:
+    """The statement that locks the person's row, selecting `select`."""
     # NO KEY UPDATE on PostgreSQL: it conflicts with itself but not with the key-share lock every
     # insert of a row referencing the person takes (a conversation, a message's usage row), so a
     # start cannot deadlock with another save.
     mode = "NO KEY UPDATE" if connection.features.has_select_for_no_key_update else "UPDATE"
     users, quote = get_user_model()._meta, connection.ops.quote_name
-    return f"SELECT 1 FROM {quote(users.db_table)} WHERE {quote(users.pk.column)} = %s FOR {mode}"
+    return f"SELECT {select} FROM {quote(users.db_table)} WHERE {quote(users.pk.column)} = %s FOR {mode}"
