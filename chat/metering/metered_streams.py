@@ -53,22 +53,21 @@ def _admission(user, *, source: str, token, check_limits: bool, provider: Provid
     """Lock the person's row and read what admitting a start takes, in one round trip on PostgreSQL:
     the limits' counts (None unless `check_limits`) and the budget's rows (None without a provider and model).
 
-    The reads of one row each (the counts, the months) go side by side in one statement, the budget rows in another.
+    The reads go in one statement: the ones of one row each (the counts, the months) side by side, the budget rows
+    joined to them.
     """
     budgeted = provider is not None and model is not None
     one_row = (
         [(*limits.counts_sql(user, source=source, token=token, now=now), limits.COUNTS_WIDTH)] if check_limits else []
     )
-    reads = []
+    budget_rows = None
     if budgeted:
         budget_rows, months = budgets.reserve_reads(user, token=token, provider_id=provider.pk, model=model, now=now)
-        reads, one_row = [Read(*budget_rows)], [*one_row, *months]
-    if one_row:
-        reads.append(side_by_side(one_row))
-    found = _locked_reads(user.pk, reads, before)
-    rows = found.pop() if one_row else []
+        one_row += months
+    found = _locked_reads(user.pk, [side_by_side(one_row, budget_rows)] if one_row else [], before)
+    rows = found[0] if one_row else []
     counted = rows.pop(0) if check_limits else None
-    return counted, [found[0], *([row] for row in rows)] if budgeted else None
+    return counted, [rows[-1], *([row] for row in rows[:-1])] if budgeted else None
 
 
 def open_row(user, *, source: str, provider: Provider, model: str, prompt_tokens: int, max_tokens: int, token=None,

@@ -147,22 +147,30 @@ def read_together(reads: list[Read], using: str = "default") -> list:
     return [read.make(rows) for read, rows in zip(reads, found, strict=True)]
 
 
-def side_by_side(statements: list[tuple[str, list, int]]) -> Read:
-    """Statements of one row each, with their widths, as one statement of one row; its make gives each one's row.
+def side_by_side(statements: list[tuple[str, list, int]], beside: tuple[str, list] | None = None) -> Read:
+    """Statements of one row each, with their widths, as one statement; its make gives each one's row.
 
-    For a stream's start on PostgreSQL, where every statement costs the client and the backend work of
-    its own (parse, bind, describe, execute) beyond what it reads.
+    `beside`: a statement of any number of rows, joined to that row (its rows follow the others'
+    in what make gives, as a list). For a stream's start on PostgreSQL, where every statement costs
+    the client and the backend work of its own (parse, bind, describe, execute) beyond what it reads.
     """
     sql = "SELECT * FROM " + " CROSS JOIN ".join(f"({sql}) AS q{n}" for n, (sql, _, _) in enumerate(statements))
+    params = [param for _, params, _ in statements for param in params]
+    if beside is not None:
+        # Each of its rows marked, so that none (the join's one row of NULLs) is told from a row of NULLs.
+        sql += f" LEFT JOIN (SELECT 1 AS found, b.* FROM ({beside[0]}) AS b) AS beside ON 1 = 1"
+        params += beside[1]
 
-    def split(rows: list[tuple]) -> list[tuple]:
-        [row], at, found = rows, 0, []
+    def split(rows: list[tuple]) -> list:
+        at, found = 0, []
         for _, _, width in statements:
-            found.append(tuple(row[at : at + width]))
+            found.append(tuple(rows[0][at : at + width]))
             at += width
+        if beside is not None:
+            found.append([row[at + 1 :] for row in rows if row[at] is not None])
         return found
 
-    return Read(sql, [param for _, params, _ in statements for param in params], split)
+    return Read(sql, params, split)
 
 
 def _begin_sent(connection) -> bool:

@@ -5,13 +5,16 @@ import asyncio
 import pytest
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
 from django.db import connection
+from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 
 from chat.actions import titles
 from chat.actions.turns import begin_turn
 from chat.metering import metered_streams
-from chat.models import ApiToken, Provider, Usage
+from chat.metering.budgets import BudgetExceeded
+from chat.models import ApiToken, Budget, Provider, Usage
 from chat.streaming.catalog import CatalogEntry
 from chat.views.metered_api import MeteredRequest
 from tests.services import check_on_postgresql
@@ -101,3 +104,43 @@ def test_a_chat_turn_an_api_request_and_a_title_start_the_same_way():
 
 def test_on_postgresql_every_start_locks_the_person_for_no_key_update():
     check_on_postgresql("chat_starts", "tests.metering.test_metered_streams", "check_starts")
+
+
+def check_budgets_at_start() -> None:
+    """A start reads every kind of budget with its lock: the default (no rows), a group's, the person's, a token's."""
+    user = get_user_model().objects.create_user("dana")
+    provider = Provider.objects.create(name="p", base_url="http://127.0.0.1:9/v1", api_key="k")
+    token, _ = ApiToken.issue(user, "tests")
+
+    def start(max_tokens: int = 400, token=None) -> Usage:
+        return metered_streams.start(user, source=Usage.Source.API, provider=provider, model="m", token=token,
+                                     prompt_tokens=5, max_tokens=max_tokens)  # fmt: skip
+
+    # A start is admitted while what is spent and reserved is under the limit (the last one crosses it).
+    with override_settings(BUDGET_DEFAULT_TOKENS=1000, BUDGET_DEFAULT_USD=None):
+        start(), start(), start()  # 1,215 tokens reserved: no budget row, so the default applies
+        with pytest.raises(BudgetExceeded, match="Your monthly budget of 1,000 tokens"):
+            start()
+        group = Group.objects.create(name="team")
+        user.groups.add(group)
+        Budget.objects.create(group=group, tokens=5000)  # a group's replaces the default
+        start()
+        Budget.objects.create(user=user, tokens=1500)  # the person's own replaces the group's
+        with pytest.raises(BudgetExceeded, match="Your monthly budget of 1,500 tokens"):
+            start()
+        Budget.objects.filter(user=user).update(tokens=10_000)
+        Budget.objects.create(token=token, tokens=100)  # a token's comes on top
+        start(token=token)
+        with pytest.raises(BudgetExceeded, match="This API token's monthly budget of 100 tokens"):
+            start(token=token)
+        start()
+    assert Usage.objects.filter(status="streaming").count() == 6
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_start_reads_every_kind_of_budget():
+    check_budgets_at_start()
+
+
+def test_on_postgresql_a_start_reads_every_kind_of_budget():
+    check_on_postgresql("chat_start_budgets", "tests.metering.test_metered_streams", "check_budgets_at_start")

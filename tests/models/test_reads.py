@@ -167,9 +167,9 @@ def test_on_postgresql_a_final_save_writes_in_one_round_trip():
 
 
 def check_start() -> None:
-    """A /v1 start is two round trips of six statements: BEGIN with the lock (which sets the transaction's
-    settings) and two reads (the budget rows; the limits and the months side by side), then the usage row
-    with the COMMIT."""
+    """A /v1 start is two round trips of five statements: BEGIN with the lock (which sets the transaction's
+    settings) and one read (the limits and the months side by side, the budget rows joined), then the usage
+    row with the COMMIT."""
     user = get_user_model().objects.create_user("gus")
     provider = Provider.objects.create(name="p", base_url="http://127.0.0.1:9/v1", api_key="k")
     usage, batches = sent_batches(
@@ -177,10 +177,11 @@ def check_start() -> None:
             user, source=Usage.Source.API, provider=provider, model="m", prompt_tokens=5, max_tokens=10
         )
     )
-    assert len(batches) == 2 and len(batches[0]) == 4 and batches[0][0] == '"" "BEGIN" 0', batches
+    assert len(batches) == 2 and len(batches[0]) == 3 and batches[0][0] == '"" "BEGIN" 0', batches
     assert "set_config('synchronous_commit'" in batches[0][1] and "FOR NO KEY UPDATE" in batches[0][1], batches
-    assert "chat_budget" in batches[0][2] and "COUNT(CASE WHEN source" in batches[0][3], batches
-    assert "chat_personmonth" in batches[0][3] and "chat_tokenmonth" not in batches[0][3], batches  # no token
+    read = batches[0][2]
+    assert "COUNT(CASE WHEN source" in read and "chat_personmonth" in read and "chat_budget" in read, batches
+    assert "chat_tokenmonth" not in read, batches  # no token
     assert batches[1][0].startswith('"" "INSERT INTO "chat_usage"') and batches[1][-1] == '"" "COMMIT" 0', batches
     # Committed, and Django and psycopg agree that no transaction is open.
     assert connection.get_autocommit() and connection.connection.autocommit
@@ -253,7 +254,7 @@ def check_planned_once() -> None:
         plans = {statement: (generic, custom) for statement, generic, custom in cursor.fetchall()}
     reads = {statement: counts for statement, counts in plans.items() if "chat_budget" in statement
              or "COUNT(CASE WHEN source" in statement or "SUM(reserved_usd)" in statement}  # fmt: skip
-    assert len(reads) == 2, plans  # the budgets; the limits, the person's month and the token's side by side
+    assert len(reads) == 1, plans  # the limits, the person's month and the token's side by side, the budgets joined
     # PostgreSQL's own choice re-planned them for the values of each start (custom plans).
     assert all(generic >= 1 and custom == 0 for generic, custom in reads.values()), reads
 
