@@ -351,10 +351,13 @@ def _answer(request: TurnRequest, conversation: Conversation, user_message: Mess
         history.append({"role": Message.Role.USER, "content": CONTINUE_PROMPT})
     reply = _streaming_reply(request, conversation, user_message, continued, now, ahead)
     conversation.current_id = reply.pk
-    saved = update_read(Conversation, conversation.pk, {
-        "current": reply, "model": conversation.model, "updated": now, "params": conversation.params,
-        "system_prompt": conversation.system_prompt, "tools": conversation.tools,
-    })  # fmt: skip
+
+    def saved() -> Read:
+        return update_read(Conversation, conversation.pk, {
+            "current": reply, "model": conversation.model, "updated": now, "params": conversation.params,
+            "system_prompt": conversation.system_prompt, "tools": conversation.tools,
+        })  # fmt: skip
+
     if request.conversation_id is not None:  # an existing conversation: stamp the branch now shown
         conversation.messages.filter(pk__in=conversation.path_ids()).update(chosen=now)
     metered = dict(
@@ -364,14 +367,16 @@ def _answer(request: TurnRequest, conversation: Conversation, user_message: Mess
         message=reply, worker_id=request.worker_id, started=now,
     )  # fmt: skip
     if ahead is not None:  # nothing written yet: the rows go with the usage row, if the start is admitted
-        usage = metered_streams.start(request.user, before=[*(insert_read(row) for row in ahead), saved], **metered)
+        # The new conversation's insert carries what saved() sets (its reply as current, whose foreign
+        # key is checked at the commit, and its settings): a statement less.
+        usage = metered_streams.start(request.user, before=[insert_read(row) for row in ahead], **metered)
     else:
         read = None
         if request.admitted:
-            saved.get()
+            saved().get()
         else:  # the turn's writes go with the lock and the start's reads, in one round trip on PostgreSQL
             read = metered_streams.admit(request.user, source=Usage.Source.CHAT, provider=entry.provider,
-                                         model=entry.model, now=now, before=[saved])  # fmt: skip
+                                         model=entry.model, now=now, before=[saved()])  # fmt: skip
         # The metered stream's start, last step (after admit()): reservation, usage row.
         usage = metered_streams.open_row(request.user, read=read, **metered)
     prefix = (continued.content, continued.reasoning) if continued is not None else None

@@ -116,15 +116,20 @@ def check_turn() -> None:
     user = get_user_model().objects.create_user("fran")
     provider = Provider.objects.create(name="p", base_url="http://127.0.0.1:9/v1", api_key="k")
     ids = turn_inputs(user, None)[4]
-    turn, batches = sent_batches(lambda: begin_turn(user, CatalogEntry(provider, "m"), {}, content="hello", ids=ids))
+    turn, batches = sent_batches(
+        lambda: begin_turn(
+            user, CatalogEntry(provider, "m"), {"temperature": 0.5}, content="hello", system_prompt="be brief", ids=ids
+        )
+    )
     assert len(batches) == 2, batches
     assert batches[0][0] == '"" "BEGIN" 0' and any("FOR NO KEY UPDATE" in text for text in batches[0]), batches
     inserted = [text.split('"')[4] for text in batches[1] if text.startswith('"" "INSERT INTO')]
     assert inserted == ["chat_conversation", "chat_message", "chat_message", "chat_usage"], batches[1]
-    assert any(text.startswith('"" "UPDATE "chat_conversation" SET "current_id"') for text in batches[1])
+    assert not any(text.startswith('"" "UPDATE') for text in batches[1]), batches  # the insert has it all
     assert batches[1][-1] == '"" "COMMIT" 0', batches
     assert (turn.conversation.pk, turn.user_message.pk, turn.reply.pk) == ids
     stored = Conversation.objects.get(pk=ids[0])
+    assert stored.model == "p/m" and stored.system_prompt == "be brief" and stored.params == {"temperature": 0.5}
     assert stored.current_id == ids[2] and list(stored.messages.order_by("pk").values_list("pk", "parent_id")) == [
         (ids[1], None), (ids[2], ids[1])
     ]  # fmt: skip
