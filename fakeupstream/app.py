@@ -226,7 +226,7 @@ class FakeUpstream:
             return await fail(404, f"Model '{model}' not found.", code="model_not_found")
         if info.embedding:
             return await fail(400, f"Model '{model}' makes embeddings, not chat completions.", code="invalid_model")
-        max_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
+        max_tokens = body.get("max_tokens")  # the seeds document no other limit field
         if max_tokens is not None and (
             isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1
         ):

@@ -159,14 +159,18 @@ TOKEN_LIMIT_FIELDS = ("max_tokens", "max_completion_tokens")
 
 
 def one_token_limit(params: dict[str, Any]) -> dict[str, Any]:
-    """`params` with at most one of max_tokens and max_completion_tokens: both become `max_tokens`, the smaller.
+    """`params` with one token limit, `max_tokens`: `max_completion_tokens` becomes it (the smaller, if both are set).
 
-    An upstream given two that disagree may honour either, and the reservation covers one
-    number; `max_tokens` is the field every upstream the server speaks documents.
+    `max_tokens` is the field every upstream the server speaks documents (i14 stops at 100 tokens
+    without it), and an upstream given two that disagree may honour either, while the reservation
+    covers one number.
     """
-    if all(params.get(name) is not None for name in TOKEN_LIMIT_FIELDS):
-        params = {**params, "max_tokens": min(params["max_tokens"], params["max_completion_tokens"])}
-        del params["max_completion_tokens"]
+    if "max_completion_tokens" not in params:
+        return params
+    params = dict(params)
+    newer = params.pop("max_completion_tokens")
+    if newer is not None:
+        params["max_tokens"] = newer if params.get("max_tokens") is None else min(params["max_tokens"], newer)
     return params
 
 

@@ -223,8 +223,8 @@ def test_parse_request_and_upstream_body():
     assert out["stream_options"] == {"include_usage": True}
     out, wants_usage = upstream_body({**body, "stream_options": {"include_usage": True}, "max_tokens": 5}, "m", 8192)
     assert wants_usage and out["max_tokens"] == 5
-    out, _ = upstream_body({**body, "stream": False, "max_completion_tokens": 9}, "m", 8192)
-    assert "max_tokens" not in out and "stream_options" not in out
+    out, _ = upstream_body({**body, "stream": False, "max_tokens": 9}, "m", 8192)
+    assert out["max_tokens"] == 9 and "stream_options" not in out
     with pytest.raises(RequestError) as caught:
         parse_request(b'{"model": "m", "messages": [], "stream": true}')
     assert caught.value.status == 400 and caught.value.param == "messages"
