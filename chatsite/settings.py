@@ -645,7 +645,7 @@ if LDAP_SERVER_URI:
     AUTH_LDAP_USER_ATTR_MAP = {"email": env("LDAP_EMAIL_ATTR", "mail"), "first_name": "givenName", "last_name": "sn"}
     AUTH_LDAP_CONNECTION_OPTIONS = {ldap.OPT_NETWORK_TIMEOUT: env_number("LDAP_TIMEOUT", 10.0, float)}
     # Before the local passwords: a directory account signs in with its directory password.
-    AUTHENTICATION_BACKENDS.insert(1, "django_auth_ldap.backend.LDAPBackend")
+    AUTHENTICATION_BACKENDS.insert(1, "chat.auth.directory.DirectoryBackend")
 if not AUTH_PASSWORD_LOGIN:
     if not OIDC_ISSUER:
         raise ImproperlyConfigured("AUTH_PASSWORD_LOGIN=0 needs another way in: set OIDC_ISSUER")

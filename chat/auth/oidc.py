@@ -16,6 +16,7 @@ import time
 import requests
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.core.exceptions import SuspiciousOperation
 from django.shortcuts import redirect
 from django.views import View
 from mozilla_django_oidc.auth import OIDCAuthenticationBackend
@@ -104,7 +105,14 @@ class Backend(OIDCAuthenticationBackend):
         return user
 
     def update_user(self, user, claims: dict):
-        """Keep the e-mail address the provider has (password resets go there)."""
+        """Keep the e-mail address the provider has (password resets go there); never for a local account.
+
+        An account with a password of its own here (the first admin, an invited person) is not signed in
+        from the provider, whose `admin` or other namesake would otherwise take it over.
+        """
+        if user.has_usable_password():
+            log.warning("single sign-on refused for %s: a local account has that username", user.get_username())
+            raise SuspiciousOperation("a local account has that username")  # the sign-in fails (authenticate)
         email = claims.get("email") or ""
         if email and email != user.email:
             user.email = email

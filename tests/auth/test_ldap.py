@@ -52,6 +52,14 @@ givenName: Lena
 sn: Berg
 mail: lena@example.org
 userPassword: lena-directory-pw
+
+dn: uid=alice,ou=people,{SUFFIX}
+objectClass: inetOrgPerson
+uid: alice
+cn: Alice Namesake
+sn: Namesake
+mail: someone@example.org
+userPassword: alice-directory-pw
 """
 
 
@@ -123,3 +131,20 @@ def test_a_directory_account_signs_in_and_gets_an_account_from_its_entry(ldap_se
 
 def test_local_passwords_still_sign_in_beside_the_directory(ldap_server, alice):
     assert sign_in(ldap_server, "alice", "alice-secret-pw").status_code == 302
+
+
+def test_a_directory_namesake_of_a_local_account_is_refused(ldap_server, alice, django_user_model):
+    """FreeIPA makes `uid=admin`: a directory entry must not sign in as the local account of its name, nor rewrite
+    its e-mail address, where its password resets go."""
+    email = alice.email
+    assert sign_in(ldap_server, "alice", "alice-directory-pw").status_code == 200  # the form again
+    alice.refresh_from_db()
+    assert (alice.email, alice.last_name) == (email, "")
+    assert sign_in(ldap_server, "alice", "alice-secret-pw").status_code == 302  # her own password still works
+
+
+def test_a_directory_account_signs_in_by_its_email_address_too(ldap_server, django_user_model):
+    assert sign_in(ldap_server, "lena", "lena-directory-pw").status_code == 302  # the account is made
+    signed_in = sign_in(ldap_server, "Lena@Example.org", "lena-directory-pw")
+    assert signed_in.status_code == 302 and signed_in.headers["location"] == "/"
+    assert django_user_model.objects.filter(username="lena").count() == 1

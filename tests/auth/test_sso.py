@@ -164,6 +164,16 @@ def test_auth_password_login_0_hides_the_form_and_refuses_passwords(sso, page, a
     open_chat(page, sso_only.url + "/")
 
 
+def test_a_providers_namesake_of_a_local_account_is_refused(sso, page, django_user_model):
+    """A local account (a password of its own here, as the first admin has) is not taken over by the provider's
+    person of the same username, nor its e-mail address (where its password resets go) rewritten."""
+    server = sso[0]
+    django_user_model.objects.create_superuser("gina.k", email="boss@here.example", password="local-admin-pw")
+    through_the_provider(page, server, "gina.k", "gina-idp-pw")
+    expect(page).to_have_url(re.compile(r"/accounts/login/\?sso=failed$"))
+    assert django_user_model.objects.get(username="gina.k").email == "boss@here.example"
+
+
 def test_with_oidc_create_users_0_only_accounts_made_beforehand_get_in(sso, page, django_user_model, providers):
     known_only = sso[2]
     through_the_provider(page, known_only, "gina.k", "gina-idp-pw")
