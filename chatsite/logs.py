@@ -13,6 +13,8 @@ import time
 
 import orjson
 
+from chat.lib.log_paths import loggable_path
+
 request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
 
 
@@ -22,6 +24,16 @@ class RequestIdFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if not hasattr(record, "request_id"):
             record.request_id = request_id.get()
+        return True
+
+
+class SecretPathFilter(logging.Filter):
+    """Shows the paths that carry a capability (an invite, a password reset, a share) without it, whichever
+    logger names them (the access log, django.request's "Not Found: <path>"): a handler's filter."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple) and any(isinstance(arg, str) and arg.startswith("/") for arg in record.args):
+            record.args = tuple(loggable_path(arg) if isinstance(arg, str) else arg for arg in record.args)
         return True
 
 

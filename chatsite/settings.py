@@ -355,13 +355,20 @@ LOG_ACCESS = env_bool("LOG_ACCESS", True)
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {"request_id": {"()": "chatsite.logs.RequestIdFilter"}},
+    "filters": {
+        "request_id": {"()": "chatsite.logs.RequestIdFilter"},
+        "secret_paths": {"()": "chatsite.logs.SecretPathFilter"},
+    },
     "formatters": {
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s [%(request_id)s]: %(message)s"},
         "json": {"()": "chatsite.logs.JsonFormatter"},
     },
     "handlers": {
-        "console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT, "filters": ["request_id"]},
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": LOG_FORMAT,
+            "filters": ["request_id", "secret_paths"],
+        },
     },
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
     # httpx logs every request line at INFO; only our own summaries are wanted. So does httpx2, the MCP

@@ -51,3 +51,27 @@ def test_log_format_json_makes_every_line_of_the_server_a_json_object():
 def test_an_unknown_log_format_is_a_clear_error():
     result = manage("check", env={"LOG_FORMAT": "xml"})
     assert result.returncode != 0 and "LOG_FORMAT must be plain or json" in result.stderr
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_logs_never_show_an_invites_a_resets_or_a_shares_secret():
+    """Whoever reads the log must not get in: the paths that carry a capability are logged without it."""
+    secrets = ["inviteSECRET123", "resetTOKEN-abc", "shareTOKEN456"]
+    paths = [f"/accounts/invite/{secrets[0]}/", f"/accounts/password/reset/MQ/{secrets[1]}/", f"/s/{secrets[2]}/"]
+    with LiveServer({"DATABASE_URL": database_url(connection.settings_dict)}) as live:
+        statuses = [httpx.get(live.url + path).status_code for path in paths]
+        assert wait_until(lambda: live.output().count("[secret]") >= 3)
+        output = live.output()
+    assert statuses[0] == 410 and statuses[2] == 404, statuses  # unknown, so also a warning line of their own
+    assert not [secret for secret in secrets if secret in output], output
+    assert "GET /accounts/invite/[secret]/ 410" in output and "GET /s/[secret]/ 404" in output, output
+    assert "Not Found: /s/[secret]/" in output, output
+
+
+def test_loggable_path_keeps_what_is_not_a_secret():
+    from chat.lib.log_paths import loggable_path
+
+    assert loggable_path("/accounts/password/reset/MQ/set-password/") == "/accounts/password/reset/MQ/set-password/"
+    assert loggable_path("/accounts/password/reset/sent/") == "/accounts/password/reset/sent/"
+    assert loggable_path("/s/abc/continue") == "/s/[secret]/continue"
+    assert loggable_path("/c/12/") == "/c/12/" and loggable_path("/settings/") == "/settings/"
