@@ -57,6 +57,14 @@ class ConversationRead(models.Model):
         )
 
     @classmethod
+    def record_owned(cls, owner_id: int, reader, title: str, where: str) -> ConversationRead | None:
+        """A read of someone's content that belongs to no conversation (a private preset, their default system
+        prompt), recorded with what it was."""
+        if reader.pk == owner_id:
+            return None
+        return cls.objects.create(conversation=None, title=title[:200], owner_id=owner_id, reader=reader, where=where)
+
+    @classmethod
     def record(cls, conversation, reader, where: str = "admin") -> ConversationRead | None:
         """A read by anyone but the owner is recorded; the owner's own reads are not."""
         if reader.pk == conversation.owner_id:

@@ -396,3 +396,39 @@ def test_a_negative_budget_or_price_is_refused_in_words(staff_client, django_use
              "effective_from_1": "0:00"}  # fmt: skip
     page = staff_client.post("/admin/chat/price/add/", price).content.decode()
     assert "A price cannot be negative." in page and "price_not_negative" not in page
+
+
+def test_a_private_preset_and_personal_defaults_read_by_staff_are_recorded(staff_client, alice):
+    from chat.models import ChatDefaults, PromptPreset
+
+    preset = PromptPreset.objects.create(owner=alice, name="Leave", text="PRIVATE about my medical leave")
+    defaults = ChatDefaults.objects.create(user=alice, system_prompt="PRIVATE alice is job hunting")
+    page = staff_client.get(f"/admin/chat/promptpreset/{preset.pk}/change/")
+    assert page.status_code == 200 and "medical leave" in page.text
+    assert staff_client.get(f"/admin/chat/chatdefaults/{defaults.pk}/change/").status_code == 200
+    reads = list(ConversationRead.objects.order_by("pk").values_list("owner__username", "reader__username", "title",
+                                                                      "where"))  # fmt: skip
+    assert reads == [("alice", "root", "preset “Leave”", "admin preset"),
+                     ("alice", "root", "defaults (system prompt)", "admin defaults")]  # fmt: skip
+    # The list cannot be searched by the private text, which would read it unrecorded.
+    assert "Leave" not in staff_client.get("/admin/chat/promptpreset/?q=medical").text
+
+
+def test_staff_cannot_publish_someone_elses_private_preset(staff_client, alice):
+    from chat.models import PromptPreset
+
+    preset = PromptPreset.objects.create(owner=alice, name="Leave", text="private")
+    form = {"owner": alice.pk, "name": "Leave", "text": "private", "system_prompt": "", "model": "", "params": "{}",
+            "published": "on"}  # fmt: skip
+    refused = staff_client.post(f"/admin/chat/promptpreset/{preset.pk}/change/", form)
+    assert refused.status_code == 200 and "Only its owner can publish a private preset" in refused.text
+    changelist = {"form-TOTAL_FORMS": "1", "form-INITIAL_FORMS": "1", "form-0-id": preset.pk,
+                  "form-0-published": "on", "_save": "Save"}  # fmt: skip
+    staff_client.post("/admin/chat/promptpreset/", changelist)
+    preset.refresh_from_db()
+    assert not preset.published
+    # Withdrawing one that is published stays open to staff.
+    PromptPreset.objects.filter(pk=preset.pk).update(published=True)
+    staff_client.post("/admin/chat/promptpreset/", {**changelist, "form-0-published": ""})
+    preset.refresh_from_db()
+    assert not preset.published
