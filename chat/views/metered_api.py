@@ -31,8 +31,11 @@ from chat.streaming.relay import RequestError, message_text, prompt_chars
 log = logging.getLogger(__name__)
 M = TypeVar("M", bound="MeteredRequest")
 
-# Seconds between attempts to record a request's usage while the database is unavailable.
-RECORD_RETRY_PAUSES = (1, 5)
+# While the database is unavailable a request's usage is tried again, the pauses doubling from the first up to
+# the longest, for CHAT_FINAL_SAVE_SECONDS (a chat answer's final save tries as long); its response waits
+# for it RECORD_WAIT_SECONDS at most, then goes on while the recording does.
+RECORD_FIRST_PAUSE, RECORD_LONGEST_PAUSE = 1.0, 10.0
+RECORD_WAIT_SECONDS = 6.0
 # Usage recordings under way, kept referenced so that they finish.
 _recording: set[asyncio.Task] = set()
 
@@ -366,30 +369,40 @@ class MeteredRequest:
         self.recorded = True
         self.state.ended_at = asyncio.get_running_loop().time()
         usage = self.state.metering(self.prompt_chars(), self.state.ended_at)
-        # Shielded: a client that hangs up after [DONE] gets this request cancelled by daphne
-        # (10 s later), which must not cancel the recording of what it was given.
+        # A task of its own: a client that hangs up after [DONE] gets this request cancelled by daphne
+        # (10 s later), which must not cancel the recording of what it was given; and a database down
+        # for longer than the wait leaves the recording to go on after the response.
         task = asyncio.ensure_future(self._record(status, error, usage))
         _recording.add(task)
         task.add_done_callback(_recording.discard)
-        await asyncio.shield(task)
+        await asyncio.wait([task], timeout=RECORD_WAIT_SECONDS)
 
     async def _record(self, status: str, error: str, usage: dict) -> None:
-        # A database that is busy now (a held SQLite lock outlasting the busy timeout) is tried
-        # again, so the usage of an answer already given is not lost.
-        for pause in (*RECORD_RETRY_PAUSES, None):
+        # A database that is unavailable now (restarting, or a held SQLite lock outlasting the busy timeout) is
+        # tried again, so the usage of an answer already given is not lost, nor its row left `streaming`.
+        loop = asyncio.get_running_loop()
+        deadline, attempt = loop.time() + settings.CHAT_FINAL_SAVE_SECONDS, 0
+        while True:
+            attempt += 1
             try:
                 await db_threads.run(self._save)(status, error, usage)
-                return
             except db_busy.UNAVAILABLE as exc:
-                if pause is None:
-                    log.error("could not record API usage for %s, giving up: %s", self.token.user, exc)
+                left = deadline - loop.time()
+                if left <= 0:
+                    log.error("could not record API usage for %s, giving up after %d attempts: %s",
+                              self.token.user, attempt, exc)  # fmt: skip
                     return
+                pause = min(RECORD_FIRST_PAUSE * 2 ** (attempt - 1), RECORD_LONGEST_PAUSE, left)
                 log.warning("could not record API usage for %s yet, retrying in %g s: %s", self.token.user, pause, exc)
                 metrics.db_save_retries.labels("api_usage").inc()
                 await asyncio.sleep(pause)
+                continue
             except Exception:
                 log.exception("could not record API usage for %s", self.token.user)
                 return
+            if attempt > 1:
+                log.warning("API usage for %s recorded after %d attempts", self.token.user, attempt)
+            return
 
     def _save(self, status: str, error: str, usage: dict) -> None:
         message = None
