@@ -377,6 +377,16 @@ class RedisChannelLayer(ChannelsRedisLayer):
             else:
                 if after_outage:
                     log.info("channel layer: every group membership renewed after the outage")
+                    self._resync_sockets()
+
+    def _resync_sockets(self) -> None:
+        """Tell this process's sockets in groups to read again what they watch (`chat.resync`).
+
+        What other processes sent to a group while this one's memberships were gone from Redis (a
+        Redis restarted without persistence) reached none of them: a stream's last deltas, its `done`.
+        """
+        for channel in list(self._memberships):
+            self._inbox(channel).queue.put_nowait({"type": "chat.resync"})
 
     async def _sync_memberships(self) -> None:
         """Add in Redis the memberships a Redis error kept from it (the others are renewed by the keeper)."""

@@ -427,6 +427,26 @@ class ChatConsumer(LeanJsonWebsocketConsumer):
         """This user's conversations changed over the JSON API (chat/actions/sidebar_events.py)."""
         await self.send(text_data=event["text"])
 
+    async def chat_resync(self, event: dict) -> None:
+        """Redis was away and this process's group memberships with it (channel_layers._resync_sockets): what was
+        sent to them meanwhile is lost. A watched stream still running sends its whole text again; one that
+        ended sends its stored text and its `done` (recovered: the page reads it again)."""
+        for message_id in list(self.attaching):
+            reply = await db_threads.run(Message.objects.filter(pk=message_id).select_related("worker").first)()
+            if reply is None or message_id not in self.attaching:
+                continue  # deleted, or its `done` came meanwhile
+            if reply.status == Message.Status.STREAMING:
+                self.attaching[message_id] = None
+                await self.ask_snapshot(reply)
+                continue
+            del self.attaching[message_id]
+            await self._send_saved(reply)
+            await self.send(text_data=frame(
+                type="done", message=reply.pk, conversation=reply.conversation_id, status=reply.status,
+                finish_reason=reply.finish_reason or None, usage=None, error=reply.error or None,
+                thinking_ms=reply.thinking_ms, tool_calls=reply.tool_calls or None, recovered=True,
+            ))  # fmt: skip
+
     async def chat_done(self, event: dict) -> None:
         message_id = event["message"]
         if message_id in self.attaching and self.attaching.pop(message_id) in (None, FROM_DATABASE):

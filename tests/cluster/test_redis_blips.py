@@ -210,3 +210,26 @@ async def test_a_redis_back_empty_after_a_restart_has_every_membership_written_a
             sent, watched = await owner.until("done", timeout=30), await watcher.until("done", timeout=30)
             assert sent[-1]["status"] == watched[-1]["status"] == "complete"
             assert text(sent) == streamed(watched) != ""
+
+
+async def test_a_stream_that_ends_while_redis_is_back_empty_still_ends_on_the_other_process(cluster):
+    """Redis restarted without persistence: the stream's `done`, sent as it comes back, may reach the group before
+    the other process has written its memberships again, and then reaches nobody there. That process's sockets
+    read again what they watch once their memberships are back: the watcher gets the stored answer and `done`."""
+    first, second = cluster
+    cookie = sign_in(first)
+    async with Tab(first, cookie) as owner, Tab(second, cookie) as watcher:
+        await owner.send(type="send", conversation=None, content="[[delay:20]] [[chunks:150]]")
+        sent = await owner.until("delta")
+        started = sent[0]
+        await watcher.send(type="attach", conversation=started["conversation"])
+        watched = await watcher.until("snapshot")
+        async with redis_cut(first):
+            with redis.Redis.from_url(REDIS_URL) as client:  # the restart: nothing of the cluster's is left
+                for key in client.scan_iter(match=f"{first.redis_prefix}*", count=1000):
+                    client.delete(key)
+            sent += await owner.until("done", timeout=30)  # ended during the cut, told on its own process
+        watched += await watcher.until("done", timeout=30)
+    assert sent[-1]["status"] == watched[-1]["status"] == "complete"
+    stored = row(first, started["message"])
+    assert stored == ("complete", text(sent)) and streamed(watched) == stored[1]
