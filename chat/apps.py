@@ -14,6 +14,7 @@ class ChatConfig(AppConfig):
     def ready(self) -> None:
         from django.db.models.signals import post_migrate
 
+        from chat import deploy_checks  # noqa: F401  (registers its checks)
         from chat.actions import orphans, streams, titles, tool_servers
         from chat.auth import session_sockets
         from chat.metering.summary_triggers import install_if_missing

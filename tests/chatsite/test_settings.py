@@ -16,6 +16,7 @@ PRODUCTION = {
     "DJANGO_HTTPS": "1",
     "DJANGO_SECRET_KEY": "a-production-secret-key-that-is-long-and-random-0123456789-abcdefghij",
     "DJANGO_ALLOWED_HOSTS": "chat.example.com",
+    "EMAIL_URL": "smtp://127.0.0.1:25",
 }
 
 
@@ -37,13 +38,23 @@ def production_example() -> dict[str, str]:
     return dict(line.split("=", 1) for line in lines if line.strip() and not line.startswith("#"))
 
 
-def test_check_deploy_is_clean_with_the_production_example_in_deploy():
+def test_check_deploy_is_clean_with_the_production_example_filled_in():
     example = production_example()
     assert example["DJANGO_DEBUG"] == "0" and example["DJANGO_HTTPS"] == "1"
-    # Checked without the PostgreSQL and Redis it names: the checks do not connect to them.
+    # As it is, each placeholder left is named: anyone can read them.
     result = manage("check", "--deploy", "--fail-level", "WARNING", env=example)
+    assert result.returncode != 0
+    left = sorted(line.split("(chat.W001) ")[1].split()[0] for line in result.stderr.splitlines() if "W001" in line)
+    expected = ["DATABASE_URL", "DJANGO_SECRET_KEY", "EMAIL_URL", "METRICS_TOKEN", "UPSTREAM_API_KEY"]
+    assert left == expected, result.stderr
+    # Checked without the PostgreSQL and Redis it names: the checks do not connect to them.
+    filled = {name: value.replace("change-me", "Xq7v9RandomFill3kP") for name, value in example.items()}
+    result = manage("check", "--deploy", "--fail-level", "WARNING", env=filled)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "no issues" in result.stdout
+    # Without EMAIL_URL, mail (invite and reset links) would be printed to the log.
+    result = manage("check", "--deploy", "--fail-level", "WARNING", env={**filled, "EMAIL_URL": ""})
+    assert result.returncode != 0 and "chat.W002" in result.stderr and "written to the log" in result.stderr
 
 
 def test_check_deploy_warns_without_https():
