@@ -49,6 +49,7 @@ def index(request, conversation_id: int | None = None):
             "maxMessageBytes": settings.ATTACHMENT_MAX_MESSAGE_BYTES,
             "maxMessageTokens": settings.ATTACHMENT_MAX_MESSAGE_TOKENS,
             "maxPerMessage": MAX_ATTACHMENTS,
+            "uploadsAtOnce": settings.ATTACHMENT_MAX_UPLOADS_IN_FLIGHT,
         },
     }
     # The settings form's bounds are the server's (chat/lib/model_params.py): the browser flags a value before sending.

@@ -87,7 +87,19 @@ async function upload(file, csrfToken) {
   return data;
 }
 
-/** The composer's attachments: chosen by button, dropped, or pasted; uploaded at once; sent by id. */
+/** upload(), waiting while the person's other tabs have the server's uploads at once in progress. */
+async function uploadWhenFree(file, csrfToken) {
+  for (let attempt = 1; ; attempt += 1) {
+    try {
+      return await upload(file, csrfToken);
+    } catch (error) {
+      if (error.code !== "too_many_uploads" || attempt >= 60) throw error;
+      await new Promise((resolve) => setTimeout(resolve, 1000));
+    }
+  }
+}
+
+/** The composer's attachments: chosen by button, dropped, or pasted; uploaded (a few at a time); sent by id. */
 export class AttachmentTray {
   /** limits: the server's (maxFileBytes, maxMessageBytes, maxMessageTokens, maxPerMessage). */
   constructor({ list, button, input, dropZone, pasteTarget, limits, csrfToken, onError, onChange }) {
@@ -98,6 +110,9 @@ export class AttachmentTray {
     this.csrfToken = csrfToken;
     this.onError = onError;
     this.items = []; // {file, attachment (after upload), node, promise}
+    // The server takes a few uploads of a person at once (limits.uploadsAtOnce): the others wait here, in order.
+    this.running = 0;
+    this.waiting = [];
     button.addEventListener("click", () => input.click());
     input.addEventListener("change", () => {
       this.add([...input.files]);
@@ -157,8 +172,12 @@ export class AttachmentTray {
       const name = file.name || t("pasted image");
       const item = { file, attachment: null, node: chip({ name, size: file.size }, { removable: true }) };
       item.node.dataset.state = "uploading";
-      item.promise = upload(file, this.csrfToken).then(
+      this.items.push(item);
+      this.list.append(item.node);
+      // Removed while it waited: never sent.
+      item.promise = this.queued(() => (this.items.includes(item) ? uploadWhenFree(file, this.csrfToken) : null)).then(
         (attachment) => {
+          if (!attachment) return undefined;
           item.attachment = attachment;
           if (!this.items.includes(item)) return this.discard(attachment); // removed while uploading
           const node = chip(attachment, { removable: true });
@@ -173,10 +192,25 @@ export class AttachmentTray {
           this.onError(error.message);
         },
       );
-      this.items.push(item);
-      this.list.append(item.node);
     }
     this.render();
+  }
+
+  /** `start()`'s promise, started once fewer than the server's uploads at once run from this tray. */
+  queued(start) {
+    return new Promise((resolve, reject) => {
+      const run = () => {
+        this.running += 1;
+        Promise.resolve(start())
+          .then(resolve, reject)
+          .finally(() => {
+            this.running -= 1;
+            this.waiting.shift()?.();
+          });
+      };
+      if (this.running < (this.limits.uploadsAtOnce || 4)) run();
+      else this.waiting.push(run);
+    });
   }
 
   remove(item, { discard = false } = {}) {

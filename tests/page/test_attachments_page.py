@@ -155,6 +155,22 @@ def test_attach_by_button_drop_and_paste_send_and_see_them_at_the_upstream(chat,
     assert fake.app.last().body["messages"][-1]["content"] == content
 
 
+def test_more_files_than_the_server_uploads_at_once_all_go_in_turn(chat, providers, fake):
+    """The server takes a person's uploads a few at a time (ATTACHMENT_MAX_UPLOADS_IN_FLIGHT, 4): eight files
+    chosen together are uploaded four at a time, not four kept and four refused."""
+    page = chat
+    chosen = [(f"note-{n}.txt", f"Note number {n}.\n".encode(), "text/plain") for n in range(8)]
+    choose_files(page, *chosen)
+    ready(page, 8)
+    expect(page.get_by_role("alert")).to_have_count(0)
+    box = page.get_by_label("Message")
+    box.fill("Read all eight.")
+    box.press("Enter")
+    wait_done(page.locator("article.message.assistant").last)
+    sent = fake.app.last().body["messages"][-1]["content"]
+    assert all(f"Note number {n}." in sent for n in range(8)), sent
+
+
 def test_a_model_that_takes_no_images_refuses_the_image_before_sending(chat, providers, fake):
     page = chat
     choose_model(page, CLAUDE)
