@@ -93,7 +93,8 @@ class ConversationQuerySet(models.QuerySet):
 # quote and emphasis marks, code ticks.
 _DIRECTIVE_RE = re.compile(r"\[\[[^\]]*\]\]")
 _IMAGE_RE = re.compile(r"!\[([^\]]*)\]\([^)]*\)")
-_LINK_RE = re.compile(r"\[([^\]]*)\]\([^)]*\)")
+_LINK_RE = re.compile(r"\[([^\]]*)\]\((?:[^()\s]|\([^()\s]*\))*(?:\s+\"[^\"]*\")?\)")  # a (one-level) parens URL
+_FENCE_RE = re.compile(r"^\s*(?:```|~~~)")
 _LEAD_RE = re.compile(r"^\s*(?:#{1,6}\s+|>\s*|[-*+]\s+|\d{1,9}[.)]\s+)+")
 _MARKS_RE = re.compile(r"(\*\*|__|~~|`+|(?<!\w)[*_](?=\S)|(?<=\S)[*_](?!\w))")
 
@@ -104,6 +105,10 @@ _TITLE_TRIM = " \t\"'`“”‘’«».:"
 
 
 def _plain(line: str) -> str:
+    if line.lstrip().startswith("|"):  # a table's row: its cells; its rule (|---|:--|): nothing
+        if set(line.strip()) <= set("|-: "):
+            return ""
+        line = " ".join(cell.strip() for cell in line.strip().strip("|").split("|"))
     line = _DIRECTIVE_RE.sub(" ", line)
     line = _IMAGE_RE.sub(r"\1", line)
     line = _LINK_RE.sub(r"\1", line)
@@ -153,7 +158,14 @@ class Conversation(models.Model):
     @staticmethod
     def title_for(text: str) -> str:
         """The first line with words, as plain text: no markdown marks, no [[directives]], at most 60 characters."""
-        lines = (_plain(line) for line in text.splitlines())
+        # Outside code blocks first: a message that opens with code is titled by its words after it, if any.
+        outside, inside, fenced = [], [], False
+        for line in text.splitlines():
+            if _FENCE_RE.match(line):
+                fenced = not fenced
+            else:
+                (inside if fenced else outside).append(line)
+        lines = (_plain(line) for line in (*outside, *inside))
         line = next((line for line in lines if line), _("New chat"))
         return line if len(line) <= 60 else line[:59].rstrip() + "…"
 

@@ -78,6 +78,10 @@ async def test_long_upstream_strings_are_cut_to_their_columns_on_postgresql(pg_s
         ("snake_case_name and 2*3*4", "snake_case_name and 2*3*4"),
         ("[[delay:5]]\nthe second line", "the second line"),
         ("x" * 80, "x" * 59 + "…"),
+        ("See [Python](https://en.wikipedia.org/wiki/Python_(programming_language)) please", "See Python please"),
+        ("```python\nprint(1)\n```\nWhy does this print 1?", "Why does this print 1?"),  # not "python"
+        ("```python\nprint(1)\n```", "print(1)"),  # only code: its first line
+        ("| name | age |\n|---|:-:|\n| Ann | 3 |", "name age"),
     ],
 )
 def test_a_title_is_the_first_line_as_plain_text(first_message, title):
