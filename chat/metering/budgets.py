@@ -35,12 +35,27 @@ CENTS = Decimal("0.01")
 # --- prices -------------------------------------------------------------------
 
 
+# USD a token of each (provider, model) whose upstream reports its costs, as it last reported in this process.
+_reported_rates: dict[tuple[int | None, str], Decimal] = {}
+
+
 def priced(provider_id: int | None, model: str, started: datetime, fields: dict[str, Any]) -> dict[str, Any]:
-    """The cost fields of a finished stream: the upstream's reported cost, else the price in force, else none."""
+    """The cost fields of a finished stream: the upstream's reported cost, else the price in force, else the rate
+    the upstream last reported for the model (an estimate), else none.
+
+    An upstream that reports its costs (api14) reports none for a stream it did not finish (stopped, cut):
+    without the rate such streams would cost nothing, and a USD budget could be spent by stopping every answer.
+    """
+    tokens = fields.get("total_tokens") or (fields.get("prompt_tokens") or 0) + (fields.get("completion_tokens") or 0)
     if fields.get("cost") is not None:
+        if tokens > 0 and fields["cost"] > 0:
+            _reported_rates[(provider_id, model)] = Decimal(str(fields["cost"])) / tokens
         return {"cost": fields["cost"], "cost_source": "reported", "cost_estimated": False}
     price = Price.objects.in_force(provider_id, model, started)
     if price is None:
+        rate = _reported_rates.get((provider_id, model))
+        if rate is not None and tokens > 0:
+            return {"cost": (rate * tokens).quantize(CENT_FRACTIONS), "cost_source": "rate", "cost_estimated": True}
         return {"cost": None, "cost_source": "unknown", "cost_estimated": False}
     cost = price.cost(
         fields.get("prompt_tokens") or 0, fields.get("completion_tokens") or 0, fields.get("reasoning_tokens") or 0

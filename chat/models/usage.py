@@ -74,6 +74,7 @@ class Usage(models.Model):
     class CostSource(models.TextChoices):
         REPORTED = "reported", "reported by the upstream"
         COMPUTED = "computed", "computed from the price table"
+        RATE = "rate", "estimated at the upstream's last reported rate"
         UNKNOWN = "unknown", "unknown (no price)"
 
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="usage")

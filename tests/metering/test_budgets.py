@@ -736,3 +736,15 @@ def test_a_bad_default_budget_stops_the_server_at_start(value):
         capture_output=True,
     )
     assert checked.returncode != 0 and b"BUDGET_DEFAULT_USD must be" in checked.stderr
+
+
+def test_a_stream_its_upstream_did_not_price_is_priced_at_the_rate_it_last_reported():
+    """api14 reports each answer's cost, but none for one it did not finish (stopped, cut): that one is priced at
+    the USD per token it last reported for the model, flagged as estimated, so stopping every answer costs."""
+    started = timezone.now()
+    assert budgets.priced(7, "ds", started, {"total_tokens": 100})["cost_source"] == "unknown"  # nothing reported yet
+    reported = budgets.priced(7, "ds", started, {"cost": Decimal("0.002"), "total_tokens": 1000})
+    assert reported == {"cost": Decimal("0.002"), "cost_source": "reported", "cost_estimated": False}
+    stopped = budgets.priced(7, "ds", started, {"prompt_tokens": 50, "completion_tokens": 200})
+    assert stopped == {"cost": Decimal("0.0005"), "cost_source": "rate", "cost_estimated": True}
+    assert budgets.priced(7, "other", started, {"total_tokens": 100})["cost"] is None  # another model's rate unknown
