@@ -31,9 +31,26 @@ class ChatConfig(AppConfig):
         process_loops.add_loop("own-orphan-sweeper", orphans.sweep_own_forever)
         process_loops.add_loop("stops-from-database", streams.stops_from_database_forever)
         process_loops.add_loop("mcp-refresh", tool_servers.refresh_forever)
-        control.connect(deliver=streams.deliver, recover=orphans.recover_one, end_user=streams.end_local_user,
-                        end_token=streams.end_local_token)  # fmt: skip
+        control.connect(deliver=streams.deliver, recover=orphans.recover_one, end_user=end_user, end_token=end_token)
         generation.after_complete = titles.after_answer
+
+
+def end_user(user_id: int) -> None:
+    """A deactivation, told to every process (chat/runtime/control.py): its API tokens forgotten, its streams ended."""
+    from chat.actions import streams
+    from chat.auth import api_tokens
+
+    api_tokens.forget_tokens(user_id=user_id)
+    streams.end_local_user(user_id)
+
+
+def end_token(token_id: int) -> None:
+    """An API token's revocation, told to every process: forgotten, its `/v1` streams ended."""
+    from chat.actions import streams
+    from chat.auth import api_tokens
+
+    api_tokens.forget_tokens(token_id=token_id)
+    streams.end_local_token(token_id)
 
 
 # Whether prepare_to_serve() has run to its end in this process, and when the process began serving.

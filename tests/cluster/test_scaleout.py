@@ -53,6 +53,8 @@ def _cluster(fake_server, database_url, prefix, **settings):
         "CHAT_MAX_STREAMS": "0",
         "RATE_LIMIT_PER_MINUTE": "0",
         "API_CHECKPOINT_SECONDS": "1",
+        # A process's cached API tokens outlive every test: a deactivation elsewhere must be told, not waited out.
+        "API_TOKEN_CACHE_SECONDS": "600",
         **settings,
     }
     setup = {**os.environ, **env, "DATABASE_URL": database_url, "DJANGO_SUPERUSER_PASSWORD": "carol-secret-pw"}
@@ -452,6 +454,8 @@ async def test_deactivate_signs_out_everywhere_and_stops_streams_on_every_proces
     # running however busy the machine is; it ends them long before.
     endless = "[[delay:20]] [[chunks:3000]]"
     request = {"model": MODELS["i14"], "stream": True, "messages": [{"role": "user", "content": endless}]}
+    short = {"model": MODELS["i14"], "messages": [{"role": "user", "content": "[[chunks:2]]"}]}
+    assert (await api.post(second.url + "/v1/chat/completions", json=short)).status_code == 200  # cached there
     async with Tab(first, cookies[0]) as one, Tab(second, cookies[1]) as two, Tab(first, sign_in(first)) as carol:
         await two.send(type="send", conversation=None, content=endless)  # a chat stream on the second process
         started = (await two.until("delta"))[0]
@@ -466,7 +470,6 @@ async def test_deactivate_signs_out_everywhere_and_stops_streams_on_every_proces
     # The /v1 stream was ended, not left to finish: an error event, then [DONE].
     assert "data: [DONE]" in rest and any("deactivated" in line for line in rest), rest[-5:]
     assert (await api.get(first.url + "/v1/models")).status_code == 401  # the token, from the next request
-    await api.aclose()
     with psycopg.connect(first.database_url) as db:
         for _ in range(100):  # the stop travels to the second process and is saved there
             (status,) = db.execute("SELECT status FROM chat_message WHERE id = %s", [started["message"]]).fetchone()
@@ -474,6 +477,9 @@ async def test_deactivate_signs_out_everywhere_and_stops_streams_on_every_proces
                 break
             await asyncio.sleep(0.1)
         assert status == "stopped"
+        # The second process was told (it stopped the stream): its cached token is forgotten, not waited out.
+        refused = await api.post(second.url + "/v1/chat/completions", json=short)
+        assert refused.status_code == 401, refused.text
         sessions = db.execute("SELECT count(*) FROM django_session WHERE session_key = ANY(%s)", [list(cookies)])
         assert sessions.fetchone() == (0,)
         kept = db.execute(
@@ -481,4 +487,5 @@ async def test_deactivate_signs_out_everywhere_and_stops_streams_on_every_proces
             " WHERE u.username = 'erin'), (SELECT count(*) FROM chat_usage s JOIN auth_user u ON u.id = s.user_id"
             " WHERE u.username = 'erin')"
         ).fetchone()
-    assert kept[0] >= 1 and kept[1] == 2  # the chat's and the API request's usage rows stay
+    assert kept[0] >= 1 and kept[1] == 3  # the chat's and the API requests' usage rows stay
+    await api.aclose()
