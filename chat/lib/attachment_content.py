@@ -169,8 +169,10 @@ def docx_text(data: bytes) -> str:
             for row in table.rows:
                 lines.append(" | ".join(cell.text.strip() for cell in row.cells))
     except Exception as exc:  # zip, lxml and python-docx's own errors, without importing lxml here
-        message = gettext_noop("The Word document could not be read (%(error)s).")
-        raise Unreadable(message, error=type(exc).__name__) from None
+        # The error's type (KeyError, XMLSyntaxError) tells a person nothing: what it means does.
+        logging.getLogger(__name__).info("a Word document could not be read: %r", exc)
+        message = gettext_noop("The Word document could not be read: it looks damaged, or is not a .docx file.")
+        raise Unreadable(message) from None
     return "\n".join(lines).strip()
 
 
@@ -225,8 +227,8 @@ def _child(connection, data: bytes, max_side: int) -> None:
     except MemoryError:
         connection.send(("unreadable", (gettext_noop("The file needs too much memory to read."), {})))
     except Exception as exc:  # anything else a crafted file provokes is still just an unreadable file
-        message = gettext_noop("The file could not be read (%(error)s).")
-        connection.send(("unreadable", (message, {"error": type(exc).__name__})))
+        logging.getLogger(__name__).info("a file could not be read: %r", exc)
+        connection.send(("unreadable", (gettext_noop("The file could not be read: it looks damaged."), {})))
     finally:
         connection.close()
 

@@ -522,3 +522,16 @@ async def test_attachments_go_in_the_order_they_were_attached_not_uploaded(conne
     assert fake.app.last().body["messages"][-1]["content"] == (
         '<attachment name="first.txt">\none\n</attachment>\n\n<attachment name="second.txt">\ntwo\n</attachment>\n\ngo'
     )
+
+
+def test_a_word_document_with_broken_xml_says_so_without_python_internals():
+    import zipfile
+
+    broken = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(files.docx("x"))) as original, zipfile.ZipFile(broken, "w") as copy:
+        for item in original.infolist():
+            data = original.read(item)
+            copy.writestr(item, b"<w:document><unclosed>" if item.filename == "word/document.xml" else data)
+    with pytest.raises(attachment_content.Unreadable) as refused:
+        attachment_content.inspect_limited(broken.getvalue(), timeout=20)
+    assert str(refused.value) == "The Word document could not be read: it looks damaged, or is not a .docx file."

@@ -247,6 +247,8 @@ async def test_unreachable_upstream_fails_cleanly(connect, alice, providers):
     await ws.send(type="send", conversation=None, content="hi", model="claude-sonnet-5")
     done = (await ws.until("done"))[-1]
     assert done["status"] == "failed" and "Cannot reach the upstream" in done["error"]
+    # The OS's reason, not the connector's words naming the upstream's address, which the person has no use for.
+    assert "Connection refused" in done["error"] and "127.0.0.1" not in done["error"] and ":9" not in done["error"]
 
 
 async def test_a_stream_ending_on_a_broken_frame_is_interrupted_with_partial_text(connect, alice, providers):

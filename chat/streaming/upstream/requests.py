@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -113,7 +114,11 @@ def _request_failed(exc: httpx.HTTPError) -> UpstreamError:
     cause = exc.__cause__
     if _timed_out(exc):
         return UpstreamError("timeout", "the upstream did not answer in time")
-    reason = getattr(cause, "strerror", None) or getattr(exc, "strerror", None) or type(cause or exc).__name__
+    # The OS's words ("Connection refused"), not the connector's, which name the upstream's address and port:
+    # the sentence reaches the person on the page.
+    error = getattr(cause, "os_error", None) or cause or exc
+    errno = getattr(error, "errno", None)
+    reason = os.strerror(errno) if errno else getattr(error, "strerror", None) or type(error).__name__
     return UpstreamError("connect", f"cannot connect ({reason})")
 
 
