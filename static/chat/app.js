@@ -1,6 +1,7 @@
 // The chat page: wires the socket, the sidebar, the settings and the message views together.
 import { ApiError, TAB, api, setBusyHandler, setCsrfToken } from "./api.js";
 import { AttachmentTray } from "./attachments.js";
+import { Drafts } from "./drafts.js";
 import { applyTree, handleBranchClicks, updateBranchControls } from "./branches.js";
 import { dateTime, number } from "./formats.js";
 import { t } from "./i18n.js";
@@ -39,6 +40,8 @@ const ui = {
   noticeText: $("notice-text"),
   menu: $("menu-button"),
 };
+
+const drafts = new Drafts(ui.input, config.username);
 
 const state = {
   conversation: null, // the open conversation's id, null for a new chat
@@ -225,6 +228,8 @@ async function openConversation(id, { push = true } = {}) {
   state.loaded = false;
   if (push && location.pathname !== `/c/${id}/`) history.pushState({}, "", `/c/${id}/`);
   closeSidebar();
+  drafts.switchTo(id);
+  autogrow();
   let data;
   try {
     data = await api(`/api/conversations/${id}`);
@@ -301,6 +306,8 @@ function newChat({ push = true, replace = false } = {}) {
   if (replace) history.replaceState({}, "", "/");
   else if (push && location.pathname !== "/") history.pushState({}, "", "/");
   closeSidebar();
+  drafts.switchTo(null);
+  autogrow();
   updateComposer();
   ui.input.focus();
 }
@@ -402,6 +409,7 @@ function sendMessage() {
   }
   ui.thread.append(view.article);
   ui.input.value = "";
+  drafts.save();
   autogrow();
   stuckToBottom = true;
   followBottom();
@@ -487,6 +495,7 @@ function onStarted(frame) {
     state.pending = null;
     if (state.conversation === null) {
       state.conversation = frame.conversation;
+      drafts.became(frame.conversation);
       history.pushState({}, "", `/c/${frame.conversation}/`);
       settings.started();
     }
@@ -591,6 +600,7 @@ function onError(frame) {
     if (pending.kind === "send") {
       pending.view.article.remove();
       if (!ui.input.value) ui.input.value = pending.content; // nothing typed is lost
+      drafts.save();
       tray.restore(pending.taken); // nor anything attached
       autogrow();
     }
@@ -716,7 +726,10 @@ const tray = new AttachmentTray({
 
 /** A message refused before sending ("does not accept images") stops saying so once it no longer is. */
 function recheckComposer() {
-  if (noticeKind === "compose" && !tray.uploading && !tray.problem(picker.chosen, ui.input.value)) clearNotice("compose");
+  const tooLong = new TextEncoder().encode(ui.input.value).length > config.maxContentBytes;
+  if (noticeKind === "compose" && !tooLong && !tray.uploading && !tray.problem(picker.chosen, ui.input.value)) {
+    clearNotice("compose");
+  }
 }
 $("model").addEventListener("change", recheckComposer);
 
@@ -772,7 +785,11 @@ ui.input.addEventListener("keydown", (event) => {
     sendMessage();
   }
 });
-ui.input.addEventListener("input", autogrow);
+ui.input.addEventListener("input", () => {
+  autogrow();
+  drafts.save();
+  if (noticeKind === "compose") recheckComposer(); // "too long" goes once it no longer is
+});
 ui.stop.addEventListener("click", stop);
 $("retry-now").addEventListener("click", () => socket.retryNow());
 ui.earlier.addEventListener("click", () => loadEarlier());

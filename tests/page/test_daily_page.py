@@ -404,3 +404,33 @@ def test_switching_to_a_short_version_leaves_no_scroll_button_behind(new_page, a
     question.get_by_role("button", name="Next version").click()
     expect(page.get_by_text("the short version")).to_be_visible()
     expect(to_bottom).to_be_hidden()
+
+
+def test_a_draft_stays_with_its_conversation_through_a_switch_and_a_reload(new_page, alice, providers):
+    """What is typed is kept per conversation: it does not follow the person into the next conversation, and
+    comes back in its own after a switch or a reload; sending it clears it."""
+    older = conversation_for(alice, "Older chat", "hello", "hi there")
+    page = new_page(alice, **DESKTOP)
+    open_chat(page)
+    box = page.get_by_label("Message")
+    box.fill("a draft for a new chat")
+    page.get_by_role("link", name="Older chat").click()
+    expect(page).to_have_url(re.compile(rf"/c/{older.pk}/$"))
+    expect(box).to_have_value("")  # not the new chat's draft
+    box.fill("a reply to the older chat, half written")
+    page.reload()
+    open_chat(page, f"/c/{older.pk}/")
+    expect(box).to_have_value("a reply to the older chat, half written")
+    page.get_by_role("button", name="New chat", exact=True).click()
+    expect(box).to_have_value("a draft for a new chat")
+    box.press("Enter")
+    wait_done(page.locator("article.message.assistant").last)
+    expect(box).to_have_value("")
+    page.get_by_role("button", name="New chat", exact=True).click()
+    expect(box).to_have_value("")  # sent, so gone
+    # The "too long" notice goes as soon as the text is short enough again, not only at the next send.
+    box.fill("x" * 100_001)
+    box.press("Enter")
+    expect(page.get_by_role("alert")).to_contain_text("The message is too long")
+    box.fill("short now")
+    expect(page.get_by_role("alert")).to_have_count(0)
