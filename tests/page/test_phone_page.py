@@ -115,6 +115,8 @@ def test_the_drawer_takes_the_focus_keeps_it_and_gives_it_back(new_page, alice, 
     expect(page.locator("#conversation-list li")).to_have_count(1)
     # Wider again while open: the page is usable, not left inert behind a drawer that is gone.
     page.set_viewport_size({"width": 1200, "height": 800})
+    # The page hears of the width in its own time (a media query's change event); until then it is still inert.
+    expect(page.locator("#menu-button")).to_have_attribute("aria-expanded", "false")  # hidden now: by its id
     page.get_by_label("Message", exact=True).focus()
     expect(page.get_by_label("Message", exact=True)).to_be_focused()
 
