@@ -17,9 +17,11 @@ def percent(value) -> str:
 
 @register.filter
 def usd(value, places: int = 4) -> str:
-    """A cost in dollars with thousands separators ("$1,234.5000")."""
+    """A cost in dollars with thousands separators ("$1,234.5000"); `places` below 4 only from a dollar up."""
     if value is None:
         return "–"
+    if int(places) < 4 and 0 < abs(float(value)) < 1:
+        places = 4  # a sum under a dollar would read as $0.00 beside the rows it adds up
     return f"${float(value):,.{int(places)}f}"
 
 

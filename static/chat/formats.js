@@ -44,7 +44,8 @@ const FORMATS = {
   count: (value) => number(value),
   decimal1: (value) => number(value, 1),
   usd: (value) => money(value, 4),
-  usd2: (value) => money(value, 2),
+  // Whole cents, unless a sum under a dollar would read as $0.00 beside the rows it adds up.
+  usd2: (value) => money(value, value !== 0 && Math.abs(value) < 1 ? 4 : 2),
   percent: (value) => percent(value, 1),
   ms: (value) => `${number(Math.round(value))} ms`,
 };

@@ -411,3 +411,12 @@ def test_dashboard_in_a_browser_light_and_dark(browser, server, team, scheme, dj
     finally:
         context.close()
     assert not errors, errors
+
+
+def test_a_total_under_a_dollar_is_not_shown_as_nothing():
+    """The headline's whole cents would show $0.0015 of spending as "$0.00" beside rows of "$0.0013"."""
+    from chat.templatetags.usage_format import usd
+
+    assert usd(Decimal("0.00152513"), 2) == "$0.0015" and usd(Decimal("3.944"), 2) == "$3.94"
+    assert usd(Decimal("0"), 2) == "$0.00" and usd(Decimal("1234.5"), 2) == "$1,234.50"
+    assert usd(Decimal("0.00152513")) == "$0.0015"
