@@ -106,6 +106,7 @@ def test_first_sign_in_makes_the_account_from_the_claims_and_the_next_finds_it(s
     through_the_provider(page, server, "gina.k", "gina-idp-pw")
     open_chat(page)  # signed in, on the chat page
     expect(page.locator(".sidebar-foot .username")).to_have_text("gina.k")  # OIDC_USERNAME_CLAIM's value
+    expect(page.get_by_role("link", name="Change password")).to_have_count(0)  # it has none here to change
     gina = django_user_model.objects.get(username="gina.k")
     assert gina.email == "gina@corp.example" and not gina.has_usable_password()
     page.get_by_role("button", name="Sign out").click()
