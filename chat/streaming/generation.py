@@ -378,6 +378,7 @@ def _describe(exc: upstream.UpstreamError) -> str:
         values["status"], values["message"] = f"{exc.status}{code}", exc.message
         text = _("The upstream refused the request (%(status)s): %(message)s") % values
         if exc.retry_after and "retry" not in exc.message.lower():  # the upstream may have said so already
+            text = text if text.endswith((".", "!", "?", "…", "。")) else text + "."
             text += " " + _("Retry after %(seconds)s s.") % {"seconds": exc.retry_after}
         return text
     if exc.kind == "cut":

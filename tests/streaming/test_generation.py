@@ -282,3 +282,20 @@ async def test_a_30_second_write_lock_loses_nothing(server, alice, providers):
         reply = await Message.objects.aget(pk=done["message"])
         assert (reply.status, reply.content) == ("complete", text(stream))
     assert "Traceback" not in server.output()
+
+
+def test_a_refusal_with_retry_after_reads_as_two_sentences():
+    """The upstream's own words end with a full stop before ours, whether or not they had one."""
+    import httpx
+
+    from chat.streaming import upstream
+
+    refused = upstream.UpstreamError("http", "Rate limit exceeded", status=429, code="rate_limit_exceeded",
+                                     headers=httpx.Headers({"retry-after": "7"}))  # fmt: skip
+    assert generation._describe(refused) == (
+        "The upstream refused the request (429 rate_limit_exceeded): Rate limit exceeded. Retry after 7 s."
+    )
+    cut = generation._describe(upstream.UpstreamError("too_large", "the reply reached the limit of 2000000 bytes"))
+    assert cut == (
+        "The answer was stopped because the reply reached the limit of 2000000 bytes; the text so far was kept."
+    )

@@ -88,6 +88,18 @@ def test_usage_chunk_the_client_did_not_ask_for_is_not_forwarded(server, token, 
     assert not usage.estimated and usage.completion_tokens > 0 and usage.source == "api"
 
 
+def test_a_whole_answer_has_no_time_to_first_token(sdk, fake):
+    """Streamed, the first token's time is measured; a whole answer's would be its whole time, and would skew the
+    dashboard's time-to-first-token figures: it has none."""
+    sdk.chat.completions.create(model="claude-sonnet-5", messages=[{"role": "user", "content": "[[delay:50]] hi"}])
+    streamed = sdk.chat.completions.create(model="claude-sonnet-5", stream=True,
+                                           messages=[{"role": "user", "content": "[[delay:50]] hi"}])  # fmt: skip
+    assert "".join(chunk.choices[0].delta.content or "" for chunk in streamed if chunk.choices)
+    whole, stream = Usage.objects.order_by("pk")
+    assert whole.ttft_ms is None and whole.duration_ms > 0
+    assert stream.ttft_ms is not None and stream.ttft_ms <= stream.duration_ms
+
+
 @pytest.mark.parametrize("dialect", ["i14", "api14", "infyrence"])
 def test_sdk_stream_and_non_stream_content_equal_what_the_upstream_sent(sdk, fake, dialect):
     model = "deepseek/deepseek-r1" if dialect == "api14" else MODELS[dialect]

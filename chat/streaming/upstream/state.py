@@ -53,6 +53,8 @@ class StreamState:
     malformed: int = 0
     # The most completion tokens the request asked for (None: no cap): an estimate never passes it.
     completion_cap: int | None = None
+    # A whole (non-streamed) answer: its first token came with its last, so it has no time to first token.
+    whole: bool = False
 
     def feed(self, data: bytes, now: float) -> tuple[str, str]:
         """Take one `data:` payload; return the (content, reasoning) text it added."""
@@ -140,7 +142,7 @@ class StreamState:
         return self.max_reply is not None and self.reply_bytes >= self.max_reply
 
     def too_large(self) -> UpstreamError:
-        return UpstreamError("too_large", f"the answer reached the limit of {self.max_reply} bytes")
+        return UpstreamError("too_large", f"the reply reached the limit of {self.max_reply} bytes")
 
     def _within_cap(self, content: str, reasoning: str) -> tuple[str, str]:
         """The new text, cut (on a character boundary) where the reply would pass max_reply."""
@@ -221,7 +223,7 @@ class StreamState:
                 completion = min(completion, self.completion_cap)
                 reasoning = min(reasoning, completion)
         total = _int(usage.get("total_tokens")) or prompt + completion
-        ttft = None if self.first_token_at is None else self.first_token_at - self.started_at
+        ttft = None if self.first_token_at is None or self.whole else self.first_token_at - self.started_at
         # Tokens that all came in one event (a whole, non-streamed answer) were not timed as they were made.
         # (last_token_at is set only with first_token_at.)
         timed = self.last_token_at is not None and self.last_token_at > self.first_token_at
