@@ -173,14 +173,16 @@ async def test_a_default_model_no_longer_offered_falls_back_to_the_site_default(
 
 
 def test_staff_see_and_publish_presets_in_the_admin(alice, django_user_model):
-    preset = PromptPreset.objects.create(owner=alice, name="Summary", text="Summarise:")
-    admin = client_for(django_user_model.objects.create_superuser("stella", password="stella-secret-pw"))
+    """Staff publish a preset of their own; someone else's stays theirs (tests/wiring/test_admin.py)."""
+    stella = django_user_model.objects.create_superuser("stella", password="stella-secret-pw")
+    preset = PromptPreset.objects.create(owner=stella, name="Summary", text="Summarise:")
+    admin = client_for(stella)
     listing = admin.get("/admin/chat/promptpreset/")
     assert listing.status_code == 200 and "Summary" in listing.content.decode()
     form = admin.get(f"/admin/chat/promptpreset/{preset.pk}/change/")
     assert form.status_code == 200
     response = admin.post(f"/admin/chat/promptpreset/{preset.pk}/change/", {
-        "owner": alice.pk, "name": "Summary", "text": "Summarise:", "system_prompt": "", "model": "",
+        "owner": stella.pk, "name": "Summary", "text": "Summarise:", "system_prompt": "", "model": "",
         "params": "{}", "published": "on", "updated_0": "2026-11-30", "updated_1": "12:00:00",
     })  # fmt: skip
     assert response.status_code == 302, response.content.decode()[:2000]

@@ -122,10 +122,13 @@ def test_the_features_hand_the_runtime_their_loops_and_handlers():
         "stops-from-database": (streams.stops_from_database_forever, False),
         "mcp-refresh": (tool_servers.refresh_forever, False),
     }
+    from chat import apps
+
     handlers = control.handlers
-    assert (handlers.deliver, handlers.recover, handlers.end_user) == (
+    assert (handlers.deliver, handlers.recover, handlers.end_user, handlers.end_token) == (
         streams.deliver,
         orphans.recover_one,
-        streams.end_local_user,
+        apps.end_user,  # the person's cached API tokens forgotten, then streams.end_local_user
+        apps.end_token,
     )
     assert generation.after_complete is titles.after_answer
