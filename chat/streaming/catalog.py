@@ -112,9 +112,14 @@ def find(catalog: list[CatalogEntry], model: str) -> CatalogEntry | None:
 
 
 def default_entry(catalog: list[CatalogEntry], access: Access | None = None) -> CatalogEntry:
-    """What a request naming no model gets: the group's default, the first provider's, or the first allowed."""
-    first = catalog[0].provider
-    site = CatalogEntry(first, first.default_model or catalog[0].model)
+    """What a request naming no model gets: the group's default, the first provider's, or the first allowed.
+
+    The first provider that is not the built-in demo: a team that added its own in the admin (the demo
+    stays on without UPSTREAM_BASE_URL) must not get canned answers by default.
+    """
+    opening = next((entry for entry in catalog if not entry.provider.is_demo), catalog[0])
+    first = opening.provider
+    site = CatalogEntry(first, first.default_model or opening.model)
     if access is None:
         return site
     chosen = find(catalog, access.default_model) if access.default_model else None

@@ -52,6 +52,10 @@ async def test_with_no_upstream_configured_the_demo_provider_answers(alice):
         assert frames[-1]["status"] == "complete" and frames[-1]["finish_reason"] == "stop"
         reply = await Message.objects.aget(pk=frames[0]["message"])
         assert len(reply.content.split()) == 5000
+        # A provider of the team's own, added in the admin: new chats go to it, not to the canned demo.
+        await Provider.objects.acreate(name="acme", base_url=demo.base_url, api_key=demo.api_key)
+        frames = await chat_over_websocket(server.url, alice, {"type": "send", "conversation": None, "content": "hi"})
+        assert frames[0]["type"] == "started" and frames[0]["provider"] == "acme", frames[0]
     finally:
         await sync_to_async(server.stop)()
 
