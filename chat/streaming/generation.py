@@ -181,7 +181,7 @@ class Generation(AnswerSaves, ToolTurn):
             if status == Message.Status.COMPLETE:
                 error = self.note
             elif status == Message.Status.FAILED:
-                error = self.state.error_message()
+                error = _mid_answer(self.state)
             elif status == Message.Status.INTERRUPTED:
                 error = _("The upstream closed the stream before the answer was finished.")
         except upstream.UpstreamError as exc:
@@ -368,6 +368,16 @@ def _added_up(usages: list[dict[str, Any]]) -> dict[str, Any]:
     last = usages[-1]
     return {**last, **total, "cost": float(sum(costs)) if costs else None, "ttft_ms": usages[0].get("ttft_ms"),
             "estimated": any(u.get("estimated") for u in usages), "requests": len(usages)}  # fmt: skip
+
+
+def _mid_answer(state: upstream.StreamState) -> str:
+    """What the user reads under an answer the upstream ended with an error of its own: its code and words."""
+    if state.error is None:  # finish_reason "error" alone
+        return _("The upstream ended the answer with an error; the text so far was kept.")
+    code = upstream.describe_error(state.error)[1]
+    values = {"code": f" ({code})" if code else "", "message": state.error_message().rstrip(" .")}
+    sentence = _("The upstream reported an error during the answer%(code)s: %(message)s; the text so far was kept.")
+    return sentence % values
 
 
 def _describe(exc: upstream.UpstreamError) -> str:

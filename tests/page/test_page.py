@@ -423,7 +423,10 @@ def test_failed_upstream_shows_the_error_under_the_partial_text(page):
     choose_model(page, API14_MINI)
     reply = send(page, "[[fault:midstream]] [[chunks:40]] break please")
     wait_done(reply, "failed")
-    expect(reply.locator(".message-error")).to_contain_text("Provider disconnected")
+    # The upstream's words, with its code, in a sentence of ours (websocket.md: status, code and message).
+    expect(reply.locator(".message-error")).to_contain_text(
+        "The upstream reported an error during the answer (502): Provider disconnected; the text so far was kept."
+    )
     expect(reply.locator(".message-status")).to_have_text("Failed")
     assert 0 < answer_length(reply) < len(filler(40))
     below = reply.evaluate(
