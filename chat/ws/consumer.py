@@ -432,7 +432,11 @@ class ChatConsumer(LeanJsonWebsocketConsumer):
         sent to them meanwhile is lost. A watched stream still running sends its whole text again; one that
         ended sends its stored text and its `done` (recovered: the page reads it again)."""
         for message_id in list(self.attaching):
-            reply = await db_threads.run(Message.objects.filter(pk=message_id).select_related("worker").first)()
+            try:
+                reply = await db_threads.run(Message.objects.filter(pk=message_id).select_related("worker").first)()
+            except Exception as exc:  # the database away too: this one's own `done` or snapshot still comes
+                log.warning("could not read reply %s again after the channel layer's outage: %r", message_id, exc)
+                continue
             if reply is None or message_id not in self.attaching:
                 continue  # deleted, or its `done` came meanwhile
             if reply.status == Message.Status.STREAMING:
@@ -451,6 +455,11 @@ class ChatConsumer(LeanJsonWebsocketConsumer):
         message_id = event["message"]
         if message_id in self.attaching and self.attaching.pop(message_id) in (None, FROM_DATABASE):
             # The stream ended before the owner's snapshot reached us: the saved text is final.
-            reply = await db_threads.run(Message.objects.get)(pk=message_id)
+            try:
+                reply = await db_threads.run(Message.objects.get)(pk=message_id)
+            except Exception as exc:  # the database away: `done` still goes, and the page reads the answer again
+                log.warning("could not read reply %s for its done frame: %r", message_id, exc)
+                await self.send(text_data=orjson.dumps({**orjson.loads(event["text"]), "recovered": True}).decode())
+                return
             await self._send_saved(reply)
         await self.send(text_data=event["text"])

@@ -3,6 +3,7 @@
 import asyncio
 import logging
 
+import orjson
 import pytest
 from asgiref.sync import sync_to_async
 from django.test import Client, override_settings
@@ -787,3 +788,32 @@ async def test_a_frame_that_cannot_reach_redis_gets_a_sentence_and_one_log_line_
     await ws.send(type="attach", conversation=1)  # Redis is back: the frame is answered, the streak ends
     await ws.receive()
     assert "websocket frames reach Redis again after 3 failure(s)" in caplog.text
+
+
+async def test_a_done_whose_saved_text_cannot_be_read_still_goes_and_keeps_the_socket(monkeypatch):
+    """A socket waiting for a snapshot reads the saved text at `done`; with the database away it must not close
+    (1011): `done` goes, marked recovered, so the page reads the answer again."""
+    import types
+
+    from django.db import OperationalError
+
+    from chat.runtime import db_threads
+    from chat.ws.consumer import ChatConsumer
+
+    def away(function):
+        async def run(*args, **kwargs):
+            raise OperationalError("connection refused")
+
+        return run
+
+    monkeypatch.setattr(db_threads, "run", away)
+    sent = []
+
+    async def send(text_data):
+        sent.append(orjson.loads(text_data))
+
+    consumer = types.SimpleNamespace(attaching={7: None}, send=send)
+    done = orjson.dumps({"type": "done", "message": 7, "conversation": 3, "status": "complete"}).decode()
+    await ChatConsumer.chat_done(consumer, {"type": "chat.done", "message": 7, "text": done})
+    assert sent == [{"type": "done", "message": 7, "conversation": 3, "status": "complete", "recovered": True}]
+    assert consumer.attaching == {}
