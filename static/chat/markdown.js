@@ -162,6 +162,39 @@ const marked = new Marked({
 });
 marked.use(mathExtension);
 
+// Footnotes, which marked does not know: a "[^1]: note" line would be a link definition, and each "[^1]" a
+// link to a relative address named after the note, opening a page that is not there. A reference is a
+// superscript, a note a paragraph of its own starting with its label.
+const FOOTNOTE_NOTE = /^\[\^([^\]\s]{1,20})\]:[ \t]*([^\n]*(?:\n(?![ \t]*\n|\[\^)[^\n]*)*)(?:\n+|$)/;
+const FOOTNOTE_REF = /^\[\^([^\]\s]{1,20})\](?!:)/;
+marked.use({
+  extensions: [
+    {
+      name: "footnoteNote",
+      level: "block",
+      start: (source) => source.match(/^\[\^[^\]\s]{1,20}\]:/m)?.index,
+      tokenizer(source) {
+        const match = FOOTNOTE_NOTE.exec(source);
+        if (!match) return undefined;
+        return { type: "footnoteNote", raw: match[0], label: match[1], tokens: this.lexer.inlineTokens(match[2].trim()) };
+      },
+      renderer(token) {
+        return `<p class="footnote"><sup>${escapeHtml(token.label)}</sup> ${this.parser.parseInline(token.tokens)}</p>\n`;
+      },
+    },
+    {
+      name: "footnoteRef",
+      level: "inline",
+      start: (source) => source.indexOf("[^"),
+      tokenizer(source) {
+        const match = FOOTNOTE_REF.exec(source);
+        return match ? { type: "footnoteRef", raw: match[0], label: match[1] } : undefined;
+      },
+      renderer: (token) => `<sup class="footnote-ref">${escapeHtml(token.label)}</sup>`,
+    },
+  ],
+});
+
 /** The HTML of `source`, its code highlighted unless `highlight` is false, its buttons labelled by `labels`. */
 export function toHtml(source, { highlight = true, labels = LABELS } = {}) {
   options = { highlight, labels };

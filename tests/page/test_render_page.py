@@ -68,6 +68,7 @@ def echo(page, text: str):
 
 DOCUMENTS = [
     "Just one short paragraph.",
+    "A claim[^1] mid-sentence.\n\n[^1]: Its note, [a link](https://example.com/) in it.\n[^b]: A second.\n\nAfter.",
     "A paragraph with **bold**, _emphasis_, `code`, a [link](https://example.com/) and ~~strike~~. " * 30,
     "An unbalanced * star and ( paren and a [bracket that never closes " * 40 + "then **bold** at the end.",
     "Line one of a paragraph\nline two of it\n- then a list item\n- and another\n\nAfter.",
@@ -480,3 +481,12 @@ def test_code_blocks_wrap_long_lines_on_demand_and_download_as_a_file_named_by_l
         reply.locator(".code-block").nth(1).get_by_role("button", name="Download code").click()
     assert info.value.suggested_filename == "code.txt"
     assert watched.evaluate("() => window.__csp") == []
+
+
+def test_footnotes_are_superscripts_and_notes_not_links_to_nowhere(watched):
+    """marked has no footnotes: "[^1]: note" was a link definition, and each "[^1]" a link to a page named "note"."""
+    reply = echo(watched, "A claim[^1] and another[^2].\n\n[^1]: The first source.\n[^2]: A *second* one.\n\nAfter.")
+    answer = reply.locator(".answer")
+    expect(answer.locator("sup.footnote-ref")).to_have_text(["1", "2"])
+    expect(answer.locator("p.footnote")).to_have_text(["1 The first source.", "2 A second one."])
+    expect(answer.locator("a")).to_have_count(0)
