@@ -73,19 +73,27 @@ def snapshot_frames(conversation: int, message: int, content: str, reasoning: st
     return texts
 
 
-async def send_done(conversation: int, message: int, status: str, finish_reason: str | None,
-                    usage: dict | None, error: str, *, thinking_ms: int | None = None,
-                    tool_calls: list | None = None, recovered: bool = False) -> None:  # fmt: skip
-    """The `done` frame to every socket watching the conversation.
+def done_frame(conversation: int, message: int, status: str, finish_reason: str | None, usage: dict | None,
+               error: str, *, thinking_ms: int | None = None, tool_calls: list | None = None,
+               recovered: bool = False) -> str:  # fmt: skip
+    """The `done` frame's text.
 
-    `recovered`: the stream's process died and a sweep ended it; the stored text may be shorter than what a
-    tab was shown (the text after the process's last save is lost), so the tabs read it again.
+    `recovered`: the stream's process died and a sweep ended it (or a socket missed its end); the stored text may
+    be shorter than what a tab was shown (the text after the process's last save is lost), so the tabs read it again.
     """
     more = {"recovered": True} if recovered else {}
-    text = frame(
+    return frame(
         type="done", message=message, conversation=conversation, status=status, finish_reason=finish_reason,
         usage=usage, error=error or None, thinking_ms=thinking_ms, tool_calls=tool_calls or None, **more,
     )  # fmt: skip
+
+
+async def send_done(conversation: int, message: int, status: str, finish_reason: str | None,
+                    usage: dict | None, error: str, *, thinking_ms: int | None = None,
+                    tool_calls: list | None = None, recovered: bool = False) -> None:  # fmt: skip
+    """The `done` frame (done_frame) to every socket watching the conversation."""
+    text = done_frame(conversation, message, status, finish_reason, usage, error, thinking_ms=thinking_ms,
+                      tool_calls=tool_calls, recovered=recovered)  # fmt: skip
     # Never waits on Redis: after the deltas, in order, whenever it answers (chat/runtime/channel_layers.py).
     get_channel_layer().post_to_group(
         conversation_group(conversation), {"type": "chat.done", "message": message, "text": text}

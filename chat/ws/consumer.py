@@ -33,7 +33,7 @@ from chat.runtime import channel_layers, control, db_busy, db_threads, metrics, 
 from chat.runtime.failures import FailureStreak
 from chat.streaming import generation
 from chat.streaming.catalog import with_catalog
-from chat.streaming.frames import conversation_group, frame, snapshot_frames
+from chat.streaming.frames import conversation_group, done_frame, frame, snapshot_frames
 from chat.ws.language import language_from_scope
 from chat.ws.overload import DATABASE_DOWN, DATABASE_UNAVAILABLE
 
@@ -445,10 +445,9 @@ class ChatConsumer(LeanJsonWebsocketConsumer):
                 continue
             del self.attaching[message_id]
             await self._send_saved(reply)
-            await self.send(text_data=frame(
-                type="done", message=reply.pk, conversation=reply.conversation_id, status=reply.status,
-                finish_reason=reply.finish_reason or None, usage=None, error=reply.error or None,
-                thinking_ms=reply.thinking_ms, tool_calls=reply.tool_calls or None, recovered=True,
+            await self.send(text_data=done_frame(
+                reply.conversation_id, reply.pk, reply.status, reply.finish_reason or None, None, reply.error,
+                thinking_ms=reply.thinking_ms, tool_calls=reply.tool_calls, recovered=True,
             ))  # fmt: skip
 
     async def chat_done(self, event: dict) -> None:
