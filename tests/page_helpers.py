@@ -45,11 +45,14 @@ def choose_model(page: Page, qualified: str) -> None:
 
 
 def send(page: Page, text: str) -> Locator:
-    """Type a message, press Enter, and return the reply's article once it exists."""
+    """Type a message, press Enter (on a touch screen tap Send), and return the reply's article once it exists."""
     before = page.locator("article.message.assistant").count()
     box = page.get_by_label("Message")
     box.fill(text)
-    box.press("Enter")
+    if page.evaluate("matchMedia('(hover: none) and (pointer: coarse)').matches"):
+        page.get_by_role("button", name="Send").tap()
+    else:
+        box.press("Enter")
     reply = page.locator("article.message.assistant").nth(before)
     expect(reply).to_have_attribute("data-message-id", re.compile(r"^\d+$"))
     return reply

@@ -780,7 +780,7 @@ ui.composer.addEventListener("submit", (event) => {
   sendMessage();
 });
 ui.input.addEventListener("keydown", (event) => {
-  if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+  if (early.enterSends(event)) {
     event.preventDefault();
     sendMessage();
   }
@@ -935,7 +935,7 @@ window.addEventListener("popstate", () => route());
 // --- start ---------------------------------------------------------------------
 
 // Ready: from here the composer's own listeners above take Enter and Send (early.js held them until now).
-const early = window.chatEarly || { send: false };
+const early = window.chatEarly; // early.js, in the head of the page before this module
 early.ready = true;
 ui.send.removeAttribute("aria-disabled");
 document.documentElement.dataset.ready = "";

@@ -3,7 +3,14 @@
 // link or a busy machine. Enter or Send meanwhile is kept, never a new line nor a native form submit
 // that would lose the message; app.js sends it once it is ready. Nothing here is shown in words.
 (() => {
-  const early = { ready: false, send: false };
+  // On a touch screen with no mouse (a phone, a tablet) Enter starts a new line and Send sends, as in
+  // the phone apps of chat services: there is no Shift to hold on a screen keyboard.
+  const touch = matchMedia("(hover: none) and (pointer: coarse)");
+  const early = {
+    ready: false,
+    send: false,
+    enterSends: (event) => event.key === "Enter" && !event.shiftKey && !event.isComposing && !touch.matches,
+  };
   window.chatEarly = early;
   function queue(event) {
     event.preventDefault();
@@ -14,7 +21,7 @@
     "keydown",
     (event) => {
       if (early.ready || event.target.id !== "input") return;
-      if (event.key === "Enter" && !event.shiftKey && !event.isComposing) queue(event);
+      if (early.enterSends(event)) queue(event);
     },
     true,
   );

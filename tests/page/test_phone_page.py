@@ -1,6 +1,6 @@
 """The page on a phone in a real Chromium (touch, 390×844 and 360 px wide): one menu per sidebar row with
 rename and delete inside it (no trash can under every thumb), titles cut with an ellipsis, and a header
-whose controls fit 360 px without squeezing the title.
+whose controls fit 360 px without squeezing the title; Enter on the screen keyboard starts a new line.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from playwright.sync_api import expect
 
 from chat.models import Conversation
-from tests.page_helpers import conversation_for, open_chat, screenshot
+from tests.page_helpers import conversation_for, open_chat, screenshot, wait_done
 
 expect.set_options(timeout=15_000)
 
@@ -129,3 +129,20 @@ def test_a_long_draft_in_a_short_window_leaves_the_conversation_room(new_page, a
     box.fill("\n".join(f"line {n}" for n in range(12)))
     expect(box).to_have_value(re.compile("line 11$"))
     assert box.bounding_box()["height"] <= 0.25 * 400 + 1, box.bounding_box()
+
+
+def test_on_a_touch_screen_enter_starts_a_new_line_and_send_sends(new_page, alice, providers):
+    """A screen keyboard has no Shift to hold for a new line: there Enter makes one, and Send sends."""
+    page = new_page(alice, **PHONE)
+    open_chat(page)
+    box = page.get_by_label("Message", exact=True)
+    box.fill("[[echo]] first line")
+    box.press("Enter")
+    box.press_sequentially("second line")
+    expect(box).to_have_value("[[echo]] first line\nsecond line")
+    expect(page.locator("article.message")).to_have_count(0)  # nothing sent
+    page.get_by_role("button", name="Send").tap()
+    reply = page.locator("article.message.assistant")
+    wait_done(reply)
+    expect(page.locator("article.message.user")).to_contain_text("second line")
+    expect(box).to_have_value("")
