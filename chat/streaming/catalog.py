@@ -90,7 +90,7 @@ def resolve_in(catalog: list[CatalogEntry], model: str | None, access: Access | 
         raise ChatError("no_provider", _("No upstream provider is enabled."))
     if not model:
         return default_entry(catalog, access)
-    entry = find(catalog, model)
+    entry = find(catalog, model, access)
     if entry is None:
         raise ChatError("unknown_model", _("Unknown model %(model)r.") % {"model": model})
     if access is not None and not access.allows(entry.provider.pk, entry.model):
@@ -100,15 +100,17 @@ def resolve_in(catalog: list[CatalogEntry], model: str | None, access: Access | 
     return entry
 
 
-def find(catalog: list[CatalogEntry], model: str) -> CatalogEntry | None:
-    """The entry a plain id (first provider listing it) or a `provider/model` id names."""
-    for entry in catalog:
-        if entry.model == model:
-            return entry
-    for entry in catalog:
-        if entry.qualified == model:
-            return entry
-    return None
+def find(catalog: list[CatalogEntry], model: str, access: Access | None = None) -> CatalogEntry | None:
+    """The entry a plain id or a `provider/model` id names.
+
+    A plain id is the first provider's that lists it, among those `access` lets the person use if any
+    does: the provider GET /v1/models shows them under that id.
+    """
+    plain = [entry for entry in catalog if entry.model == model]
+    allowed = [entry for entry in plain if access is None or access.allows(entry.provider.pk, entry.model)]
+    if plain:
+        return (allowed or plain)[0]
+    return next((entry for entry in catalog if entry.qualified == model), None)
 
 
 def default_entry(catalog: list[CatalogEntry], access: Access | None = None) -> CatalogEntry:

@@ -12,8 +12,8 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.contrib.auth.models import Group
 
-from chat.models import ApiToken, Conversation, GroupDefaults, ModelAccess
-from tests.conftest import MODELS, session_cookie
+from chat.models import ApiToken, Conversation, GroupDefaults, ModelAccess, Provider, Usage
+from tests.conftest import FAKE_KEY, MODELS, session_cookie
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -137,3 +137,18 @@ def test_the_pages_default_is_the_groups(server, research, bob):
     GroupDefaults.objects.create(group=research, default_model=f"api14/{MINI}")
     listed = httpx.get(server.url + "/api/models", cookies={"sessionid": session_cookie(bob)}).json()
     assert listed["default"] == f"api14/{MINI}"
+
+
+def test_v1_a_plain_id_two_providers_list_goes_to_the_one_the_person_may_use(server, providers, alice, bob, fake):
+    """/v1/models lists a plain id under the provider the person may use; a request naming it goes there,
+    not to the first provider listing it (refused with 403 before)."""
+    research = Group.objects.create(name="research")
+    bob.groups.add(research)
+    ModelAccess.objects.create(provider=providers["infyrence"], model="").groups.add(research)
+    second = Provider.objects.create(name="second", base_url=fake.base_url("infyrence"), api_key=FAKE_KEY)
+    client = sdk(server, alice)
+    assert {(m.id, m.owned_by) for m in client.models.list() if m.id == CLAUDE} == {(CLAUDE, "second")}
+    assert ask(client, CLAUDE)
+    assert Usage.objects.filter(user=alice).get().provider == second
+    assert ask(sdk(server, bob), CLAUDE)  # bob may use both: the first listing it
+    assert Usage.objects.filter(user=bob).get().provider == providers["infyrence"]
