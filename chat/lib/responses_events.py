@@ -47,6 +47,7 @@ class ResponsesTranslator:
     _open: int | None = None  # the output index of the reasoning or message item being written
     _calls: dict[int, int] = field(default_factory=dict)  # upstream tool call index -> output index
     _closed: set[int] = field(default_factory=set)
+    _cut_short: bool = False  # finished otherwise than complete: the items still open end "incomplete"
 
     # --- events ---------------------------------------------------------------------
 
@@ -86,6 +87,7 @@ class ResponsesTranslator:
 
         `outcome` is the stream's (StreamState.outcome: complete, failed, interrupted, or stopped).
         """
+        self._cut_short = outcome != "complete"
         events = self._close_open()
         for index in sorted(self._calls.values()):
             events += self._close(index)
@@ -262,14 +264,14 @@ class ResponsesTranslator:
                 self._event("response.reasoning_summary_part.done", **where, summary_index=0, part=dict(part)),
             ]
         elif item["type"] == MESSAGE:
-            item["status"] = "incomplete" if self.finish_reason == "length" else "completed"
+            item["status"] = "incomplete" if self.finish_reason == "length" or self._cut_short else "completed"
             part = item["content"][0]
             events += [
                 self._event("response.output_text.done", **where, content_index=0, text=part["text"], logprobs=[]),
                 self._event("response.content_part.done", **where, content_index=0, part=dict(part)),
             ]
         else:
-            item["status"] = "completed"
+            item["status"] = "incomplete" if self._cut_short else "completed"
             events.append(
                 self._event(
                     "response.function_call_arguments.done", **where, name=item["name"], arguments=item["arguments"]

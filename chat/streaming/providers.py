@@ -205,4 +205,5 @@ async def open_provider_stream(
             yield stream
     except upstream.UpstreamError as exc:
         metrics.upstream_failures.labels(name, exc.kind).inc()
+        state.note_failure(exc)
         raise

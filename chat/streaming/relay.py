@@ -87,6 +87,8 @@ def upstream_body(body: dict[str, Any], model: str, max_tokens: int) -> tuple[di
     wants_usage = bool(options.get("include_usage"))
     if body.get("stream"):
         out["stream_options"] = {**options, "include_usage": True}
+    else:  # only for a stream: an upstream may refuse it on a whole answer, as OpenAI does
+        out.pop("stream_options", None)
     return out, wants_usage
 
 

@@ -21,7 +21,7 @@ from chat.lib.model_params import ParamError
 from chat.streaming import upstream
 from chat.streaming.catalog import CatalogEntry
 from chat.streaming.relay import RequestError
-from chat.views.metered_api import MeteredRequest, copy_headers, metered_post
+from chat.views.metered_api import MeteredRequest, copy_headers, metered_post, unusable_answer
 
 
 def parse_embeddings(raw: bytes) -> dict:
@@ -71,6 +71,8 @@ async def embeddings(request):
     except upstream.UpstreamError as exc:
         status, error = "failed", str(exc)
     await meter.record(status, error)
+    if status == "failed":
+        return unusable_answer(error, meter.entry.provider.name)
     content = upstream.redact_secrets(answer.content, meter.state.secrets)  # an upstream may echo the key
     response = HttpResponse(
         content, status=answer.status_code, content_type=answer.headers.get("content-type", "application/json")

@@ -17,7 +17,7 @@ from django.conf import settings
 from django.http import HttpResponse, StreamingHttpResponse
 from django.utils import timezone
 
-from chat.auth.api_tokens import bearer, caller
+from chat.auth.api_tokens import bearer, cached_token_for, caller
 from chat.lib.model_params import has_images, token_limit
 from chat.lib.openai_errors import error_body
 from chat.metering import budgets, limits, metered_streams
@@ -45,9 +45,23 @@ PASSED_HEADERS = ("x-request-id", "retry-after")
 
 STREAMS_RETRY_SECONDS = 2  # Retry-After of a refusal over the streams-at-once limit
 
+# A body past this size is checked off the event loop, one at a time in the process, and only for a known token:
+# checking 28 MB of small messages element by element takes a second or more, which on the loop stalled every
+# other request and stream of the process, a stranger's bogus token included.
+LARGE_BODY_BYTES = 256 * 1024
+_large_bodies = asyncio.Semaphore(1)
 
-def openai_error(status: int, message: str, type: str, code: str | None = None) -> HttpResponse:
-    return HttpResponse(error_body(message, type, code), status=status, content_type="application/json")
+
+def openai_error(
+    status: int, message: str, type: str, code: str | None = None, param: str | None = None
+) -> HttpResponse:
+    return HttpResponse(error_body(message, type, code, param), status=status, content_type="application/json")
+
+
+def model_not_found(model: str) -> HttpResponse:
+    """404 for a model this person cannot use or that no provider lists, in OpenAI's words."""
+    message = f"The model `{model}` does not exist or you do not have access to it."
+    return openai_error(404, message, "invalid_request_error", "model_not_found", "model")
 
 
 def unauthorized() -> HttpResponse:
@@ -111,15 +125,27 @@ async def metered_post(
     secret = bearer(request)
     if secret is None:
         return None, unauthorized()
-    try:
-        # read(), not request.body: Django's body refuses anything past REQUEST_MAX_BYTES, and these paths may take
-        # API_MAX_BODY_BYTES (chatsite/server.py refuses more while it arrives).
-        body, invalid = parse(request.read()), None
-    except RequestError as exc:
-        body, invalid = None, exc  # a bad token is a 401 before a bad request's 400
+    # read(), not request.body: Django's body refuses anything past REQUEST_MAX_BYTES, and these paths may take
+    # API_MAX_BODY_BYTES (chatsite/server.py refuses more while it arrives).
+    raw = request.read()
+    if len(raw) <= LARGE_BODY_BYTES:
+        body, invalid = _parsed(parse, raw)
+    else:
+        if await db_threads.run(cached_token_for)(secret) is None:
+            return None, unauthorized()
+        async with _large_bodies:
+            body, invalid = await asyncio.to_thread(_parsed, parse, raw)
     meter = meter_type(body)
     refused = await start_metered(request, meter, secret, invalid)
     return (None, refused) if refused is not None else (meter, None)
+
+
+def _parsed(parse: Callable[[bytes], Any], raw: bytes) -> tuple[Any, RequestError | None]:
+    """The parsed body, or the error to answer once the token is known good (a bad token is a 401 before a 400)."""
+    try:
+        return parse(raw), None
+    except RequestError as exc:
+        return None, exc
 
 
 async def start_metered(
@@ -220,6 +246,13 @@ def upstream_error(exc: upstream.UpstreamError, provider: str = "") -> HttpRespo
     return already_logged(_upstream_response(exc, provider))
 
 
+def unusable_answer(error: str, provider: str) -> HttpResponse:
+    """A whole answer that came with a success status but cannot be used (cut short, not JSON, an error in it):
+    502 in OpenAI's shape, which the SDKs raise as their own error, rather than the body they cannot read."""
+    log.warning("/v1: provider %s sent an unusable answer (%s)", provider, error)
+    return already_logged(openai_error(502, error or "the upstream failed", "upstream_error", "upstream_error"))
+
+
 def already_logged(response: HttpResponse) -> HttpResponse:
     response._has_been_logged = True  # Django's log_response skips it (django.utils.log)
     return response
@@ -287,22 +320,24 @@ class MeteredRequest:
             entry = resolve_in(catalog, self.body["model"], access)
         except ChatError as exc:
             if exc.code == "model_not_allowed":  # i14's own refusal of a model, in its shape
-                raise Refused(openai_error(403, exc.detail, "permission_error", "model_not_allowed")) from None
+                raise Refused(openai_error(403, exc.detail, "permission_error", "model_not_allowed", "model")) from None
+            if exc.code == "unknown_model":
+                raise Refused(model_not_found(self.body["model"])) from None
             raise Refused(openai_error(404, exc.detail, "invalid_request_error", "model_not_found")) from None
         refusal = self.refusal(entry)
         if refusal is not None:
             raise Refused(refusal)
         self.token, self.entry = token, entry
         self.state = stream_state(self.started_at, entry.provider.api_key)
-        self.state.completion_cap = self.max_tokens()
         self.begin()
+        self.state.completion_cap = self.max_tokens()  # of the body begin() settled (a Responses request's)
 
     def refusal(self, entry: CatalogEntry) -> HttpResponse | None:
         """The answer to a request this model cannot take: images to a model without them (400)."""
         if has_images(self.body["messages"]) and not entry.provider.accepts_images(entry.model):
             return openai_error(
                 400, f"{entry.model} does not accept images (image_url parts) on this server.",
-                "invalid_request_error", "images_not_supported",
+                "invalid_request_error", "images_not_supported", "messages",
             )  # fmt: skip
         return None
 
@@ -357,6 +392,7 @@ class MeteredRequest:
         try:
             return await request, None
         except upstream.UpstreamError as exc:
+            self.state.note_failure(exc)  # a refusal is not billed (a stream's was noted as it opened)
             await self.record("failed", str(exc))
             return None, upstream_error(exc, self.entry.provider.name)
         except asyncio.CancelledError:

@@ -10,10 +10,9 @@ from django.views.decorators.csrf import csrf_exempt
 
 from chat.auth.api_tokens import authenticate
 from chat.lib.model_params import is_int
-from chat.lib.openai_errors import error_body
 from chat.streaming.catalog import CatalogEntry, access_for, find, load_catalog
 from chat.streaming.providers import makes_embeddings, model_item
-from chat.views.metered_api import openai_error, unauthorized
+from chat.views.metered_api import model_not_found, openai_error, unauthorized
 
 
 def model_object(entry: CatalogEntry, listed_id: str) -> dict[str, Any]:
@@ -70,9 +69,4 @@ async def model(request, model_id: str):
     entry = find(catalog, model_id)
     if entry is not None:
         return HttpResponse(orjson.dumps(model_object(entry, model_id)), content_type="application/json")
-    message = f"The model `{model_id}` does not exist or you do not have access to it."
-    return HttpResponse(
-        error_body(message, "invalid_request_error", "model_not_found", "model"),
-        status=404,
-        content_type="application/json",
-    )
+    return model_not_found(model_id)

@@ -23,6 +23,7 @@ from chat.views.metered_api import (
     disconnect_reason,
     metered_post,
     open_upstream,
+    unusable_answer,
 )
 
 log = logging.getLogger(__name__)
@@ -100,10 +101,13 @@ async def complete(meter: MeteredRequest, payload: dict) -> HttpResponse:
         meter.state.whole = True  # its time to first token would be the whole answer's
         meter.state.feed_chunk(upstream.parse_chunk(content), asyncio.get_running_loop().time())
         status = meter.state.outcome()
+        error = meter.state.error_message() if status == "failed" else ""
         meter.state.request_id = answer.headers.get("x-request-id", "")
     except upstream.UpstreamError as exc:
         status, error = "failed", str(exc)
     await meter.record(status, error)
+    if status == "failed":
+        return unusable_answer(error, meter.entry.provider.name)
     response = HttpResponse(
         content, status=answer.status_code, content_type=answer.headers.get("content-type", "application/json")
     )

@@ -40,7 +40,7 @@ from chat.views.metered_api import (
     disconnect_reason,
     metered_post,
     open_upstream,
-    openai_error,
+    unusable_answer,
 )
 
 log = logging.getLogger(__name__)
@@ -259,7 +259,7 @@ async def whole_response(meter: MeteredResponse, payload: dict) -> HttpResponse:
     ending = meter.translator.finish(status, error, meter.usage())
     await meter.record(status, error)
     if status == "failed":
-        return openai_error(502, error or "the upstream failed", "upstream_error", "upstream_error")
+        return unusable_answer(error, meter.entry.provider.name)
     response = HttpResponse(orjson.dumps(ending[-1]["response"]), content_type="application/json")
     copy_headers(answer.headers, response)
     return response

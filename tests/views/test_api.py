@@ -201,7 +201,31 @@ def test_upstream_errors_raise_the_sdks_exceptions(sdk, providers, model, conten
     if status == 429:
         assert caught.value.response.headers["retry-after"] == "7"
     if model != "no-such-model":
-        assert Usage.objects.get().status == "failed"
+        # Refused by the upstream before it did any work: nothing billed, nothing estimated (not the prompt).
+        usage = Usage.objects.get()
+        assert (usage.status, usage.prompt_tokens, usage.completion_tokens, usage.estimated) == ("failed", 0, 0, False)
+    else:
+        assert caught.value.body["param"] == "model" and caught.value.code == "model_not_found"
+        assert (
+            caught.value.body["message"] == "The model `no-such-model` does not exist or you do not have access to it."
+        )
+
+
+def test_a_whole_answer_cut_short_is_a_502_the_sdk_raises(sdk, fake):
+    """A 200 whose body is half a JSON object is no answer: passed on, the SDKs raised JSONDecodeError
+    (openai-node SyntaxError) on it, which no `except openai.APIError` catches."""
+    with pytest.raises(openai.InternalServerError) as caught:
+        sdk.chat.completions.create(model=I14, messages=[{"role": "user", "content": "[[fault:eof]] [[chunks:20]]"}])
+    assert caught.value.status_code == 502 and caught.value.code == "upstream_error"
+    assert Usage.objects.get().status == "failed"
+
+
+def test_stream_options_go_upstream_only_with_a_stream(sdk, fake):
+    """OpenAI refuses stream_options on a whole answer; passed on, an upstream may too."""
+    sdk.chat.completions.create(
+        model=I14, messages=[{"role": "user", "content": "hi"}], stream_options={"include_usage": True}
+    )
+    assert "stream_options" not in fake.app.last().body
 
 
 @pytest.mark.parametrize("stream", [True, False])
@@ -261,6 +285,21 @@ def test_bad_request_bodies_get_400_in_openai_shape(server, token, providers, bo
     assert response.status_code == 400
     error = response.json()["error"]
     assert error["type"] == "invalid_request_error" and error["message"] and error["param"] == param
+
+
+def test_a_large_body_is_checked_for_a_known_token_only(server, token, providers, fake):
+    """A body of many small messages takes long to check: a stranger's gets its 401 without the check, and a
+    known token's is checked (off the event loop) as any other."""
+    many = [{"role": "user", "content": "a"}] * 40_000
+    url, known = server.url + "/v1/chat/completions", {"Authorization": f"Bearer {token}"}
+    bad = {"model": I14, "messages": [*many, {"role": "user", "content": 5}]}
+    assert httpx.post(url, json=bad, headers={"Authorization": "Bearer sk-chat-nonsense"}).status_code == 401
+    refused = httpx.post(url, json=bad, headers=known)
+    assert refused.status_code == 400 and refused.json()["error"]["param"].startswith("messages")
+    answered = httpx.post(url, json={"model": I14, "messages": [*many, {"role": "user", "content": "[[echo]] ok"}]},
+                          headers=known, timeout=30)  # fmt: skip
+    assert answered.status_code == 200 and answered.json()["choices"][0]["message"]["content"] == "ok"
+    assert len(fake.app.last().body["messages"]) == 40_001
 
 
 def test_mid_stream_errors_are_forwarded_and_end_with_done(server, token, providers, fake):

@@ -257,6 +257,7 @@ def test_embeddings_errors_are_the_sdks_and_metered_as_failed(sdk, fake):
     with pytest.raises(openai.BadRequestError):  # the upstream's own: a chat model makes no embeddings
         sdk.embeddings.create(model="claude-sonnet-5", input="x")
     assert sorted(Usage.objects.values_list("status", flat=True)) == ["failed", "failed"]
+    assert set(Usage.objects.values_list("prompt_tokens", "estimated")) == {(0, False)}  # refused: nothing billed
 
 
 def test_base64_embeddings_are_the_upstreams_bytes(server, token, providers, fake):

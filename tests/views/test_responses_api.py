@@ -250,6 +250,9 @@ def test_a_failed_stream_ends_with_response_failed_and_is_metered(sdk, fake):
     assert seen[-1].type == "response.failed"
     assert seen[-1].response.status == "failed" and "Provider disconnected" in seen[-1].response.error.message
     assert any(event.type == "response.output_text.delta" for event in seen)  # the text before the failure
+    # The message was never finished: "incomplete", in its own event as in the failed response.
+    done = [event.item for event in seen if event.type == "response.output_item.done" and event.item.type == "message"]
+    assert [item.status for item in done] == ["incomplete"] == [seen[-1].response.output[-1].status]
     usage = Usage.objects.get()
     assert usage.status == "failed" and "Provider disconnected" in usage.error
 
@@ -312,6 +315,26 @@ def test_a_client_that_leaves_closes_the_upstream_and_is_metered(server, token, 
     while (usage := Usage.objects.first()).status == "streaming" and time.monotonic() < deadline:
         time.sleep(0.02)  # settled as the cancelled stream unwinds, just after the disconnect
     assert usage.status == "stopped" and usage.error == "the client disconnected" and usage.completion_tokens > 0
+
+
+def test_a_stream_left_early_is_estimated_at_most_max_output_tokens(server, token, providers, fake):
+    """Its text, 200 characters a token here, would be estimated far past the request's cap: the cap is
+    the request's max_output_tokens (it was the server's default max_tokens, 8192)."""
+    prompt = "[[chunks:1000]] [[size:200]] [[delay:50]]"
+    body = {"model": "claude-sonnet-5", "input": prompt, "stream": True, "max_output_tokens": 20}
+    with httpx.stream(
+        "POST", server.url + "/v1/responses", json=body, headers={"Authorization": f"Bearer {token}"}, timeout=30
+    ) as response:
+        deltas = 0
+        for line in response.iter_lines():
+            deltas += line.startswith("data:") and "response.output_text.delta" in line
+            if deltas == 10:
+                break
+    assert fake.app.last().disconnected.wait(30)
+    deadline = time.monotonic() + 30
+    while (usage := Usage.objects.first()).status == "streaming" and time.monotonic() < deadline:
+        time.sleep(0.02)  # settled as the cancelled stream unwinds, just after the disconnect
+    assert (usage.status, usage.estimated, usage.completion_tokens) == ("stopped", True, 20)
 
 
 @pytest.mark.parametrize("stream", [False, True])

@@ -320,6 +320,7 @@ async def test_an_echoed_key_or_an_html_page_never_reaches_the_user(connect, ali
     reply = await Message.objects.aget(pk=frames[0]["message"])
     usage = await Usage.objects.aget(message=reply)
     assert FAKE_KEY not in reply.error and FAKE_KEY not in usage.error
+    assert (usage.prompt_tokens, usage.completion_tokens, usage.estimated) == (0, 0, False)  # a refusal: not billed
     await ws.send(type="send", conversation=None, content="[[status:502]] [[html]]", model=I14)
     frames = await ws.until("done")
     assert frames[-1]["error"] == "The upstream refused the request (502): 502 Bad Gateway"

@@ -55,6 +55,9 @@ class StreamState:
     completion_cap: int | None = None
     # A whole (non-streamed) answer: its first token came with its last, so it has no time to first token.
     whole: bool = False
+    # Refused with an error status, or never reached (note_failure): the upstream did no work and bills
+    # none, so no tokens are estimated for it. A timeout or a cut may follow work a provider bills.
+    unanswered: bool = False
 
     def feed(self, data: bytes, now: float) -> tuple[str, str]:
         """Take one `data:` payload; return the (content, reasoning) text it added."""
@@ -205,12 +208,17 @@ class StreamState:
             return "failed"
         return "complete" if self.finished else "interrupted"
 
+    def note_failure(self, failure: UpstreamError) -> None:
+        """Remember a request that failed before the upstream worked on it: an error status, no connection, no slot."""
+        if failure.kind in ("http", "connect", "busy"):
+            self.unanswered = True
+
     def metering(self, prompt_chars: int, now: float) -> dict[str, Any]:
         """Usage in OpenAI's names plus timings; estimated from the text when the upstream sent none."""
         ended = self.ended_at or now
         usage = self.usage or {}
         details = usage.get("completion_tokens_details") or {}
-        estimated = not usage
+        estimated = not usage and not self.unanswered
         prompt = _int(usage.get("prompt_tokens"))
         completion = _int(usage.get("completion_tokens"))
         reasoning = _int(details.get("reasoning_tokens") if isinstance(details, dict) else None)
