@@ -164,7 +164,7 @@ class ChatConsumer(LeanJsonWebsocketConsumer):
         return False
 
     async def receive_json(self, content: Any, **kwargs) -> None:
-        if not isinstance(content, dict):
+        if not isinstance(content, dict) or not isinstance(content.get("type"), str | None):
             raise ChatError("bad_frame", _("A frame must be a JSON object with a `type`."))
         if content.get("type") in SESSION_CHECKED_FRAMES and not await self.session_still_valid():
             await self.close_signed_out()

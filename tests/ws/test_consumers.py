@@ -470,6 +470,8 @@ BAD_FRAMES = [
     ("not json", "bad_json"),
     ("[1, 2]", "bad_frame"),
     ('"send"', "bad_frame"),
+    ('{"type": {"a": 1}}', "bad_frame"),
+    ('{"type": ["send"]}', "bad_frame"),
     ('{"content": "hi"}', "unknown_type"),
     ('{"type": "dance"}', "unknown_type"),
     ('{"type": "send"}', "bad_field"),
