@@ -103,3 +103,12 @@ def test_open_sign_up_limited_to_domains_e_mails_an_invite(client, settings, dja
 def test_a_reset_for_an_unknown_address_sends_nothing_and_says_the_same(client):
     answered = client.post("/accounts/password/reset/", {"email": "nobody@example.com"}, follow=True)
     assert "Check your e-mail" in answered.content.decode() and not mail.outbox
+
+
+def test_a_reset_link_goes_to_an_address_once_in_ten_minutes(client, django_user_model):
+    """The form is open to anyone: fifteen posts for one address sent fifteen e-mails."""
+    django_user_model.objects.create_user("gil", email="gil@example.com", password="gil-secret-pw-1")
+    for _ in range(3):
+        answered = client.post("/accounts/password/reset/", {"email": "GIL@example.com"}, follow=True)
+        assert "Check your e-mail" in answered.content.decode()  # the same answer each time
+    assert [message.to for message in mail.outbox] == [["gil@example.com"]]
