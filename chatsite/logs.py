@@ -37,6 +37,16 @@ class SecretPathFilter(logging.Filter):
         return True
 
 
+class SuspiciousRequestFilter(logging.Filter):
+    """Django's security warnings (a Host not in ALLOWED_HOSTS, a bad signature) as one line, without the traceback
+    Django attaches: the request was bad, not the code, and scanners send such requests all day (a handler's filter)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name.startswith("django.security."):
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
 class JsonFormatter(logging.Formatter):
     """One JSON object a line: time (UTC), level, logger, message, request_id, and the traceback if any."""
 

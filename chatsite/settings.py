@@ -358,6 +358,7 @@ LOGGING = {
     "filters": {
         "request_id": {"()": "chatsite.logs.RequestIdFilter"},
         "secret_paths": {"()": "chatsite.logs.SecretPathFilter"},
+        "suspicious_requests": {"()": "chatsite.logs.SuspiciousRequestFilter"},
     },
     "formatters": {
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s [%(request_id)s]: %(message)s"},
@@ -367,7 +368,7 @@ LOGGING = {
         "console": {
             "class": "logging.StreamHandler",
             "formatter": LOG_FORMAT,
-            "filters": ["request_id", "secret_paths"],
+            "filters": ["request_id", "secret_paths", "suspicious_requests"],
         },
     },
     "root": {"handlers": ["console"], "level": LOG_LEVEL},

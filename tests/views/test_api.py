@@ -581,3 +581,6 @@ def test_a_host_this_server_does_not_answer_to_gets_json_not_a_page(server, toke
     page = httpx.get(server.url + "/api/conversations", headers={"Host": "chat.attacker.example"})
     assert page.status_code == 400 and page.json()["error"]["code"] == "bad_request"
     assert "<html" in httpx.get(server.url + "/", headers={"Host": "chat.attacker.example"}).text.lower()
+    # Logged in a line each, not with a traceback: the request was bad, not the code.
+    assert "Invalid HTTP_HOST header: 'chat.attacker.example'" in server.output()
+    assert "Traceback" not in server.output()
