@@ -98,7 +98,7 @@ def _end(message: Message, status: str, error: str, now: datetime) -> None:
     message.tool_rounds, cut = tool_loop.ended_rounds(message.tool_rounds, CALL_ENDED)
     message.save(update_fields=["status", "error", "updated", "tool_rounds"])
     if cut:
-        tool_rounds.record(message.conversation.owner_id, message.conversation_id, message.pk, cut)
+        tool_rounds.record_ended(message.conversation.owner_id, message.conversation_id, message.pk, cut)
     # A continued answer's earlier streams metered their part of the text already.
     earlier = Usage.objects.filter(message=message).exclude(status=Message.Status.STREAMING)
     before = earlier.aggregate(out=Sum("completion_tokens"), thought=Sum("reasoning_tokens"))

@@ -94,3 +94,20 @@ def record(user_id: int, conversation_id: int, message_id: int, calls: list[Call
     with transaction.atomic():
         ToolCall.objects.bulk_update([row for row in rows if row.pk is not None], fields)
         ToolCall.objects.bulk_create([row for row in rows if row.pk is None])
+
+
+def record_ended(user_id: int, conversation_id: int, message_id: int, calls: list[Call]) -> None:
+    """A round its turn never recorded (its process stopped), as record() would have: each call on the row its
+    slot took, which still stands as take_slots() wrote it (no arguments yet), matched by tool in order."""
+    unwritten = list(
+        ToolCall.objects.filter(message_id=message_id, arguments__isnull=True)
+        .order_by("pk")
+        .values_list("pk", "server", "tool")
+    )
+    for call in calls:
+        key = (call.server[:40], (call.tool or call.name)[:128])
+        row = next((row for row in unwritten if row[1:] == key), None)
+        if row is not None:
+            unwritten.remove(row)
+            call.slot = row[0]
+    record(user_id, conversation_id, message_id, calls)

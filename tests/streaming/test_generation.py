@@ -179,6 +179,10 @@ def test_the_sweep_ends_only_streams_of_dead_processes(alice, transactional_db, 
         return message
 
     live_reply, dead_reply, unowned = reply(alive), reply(dead), reply(None)
+    # The round under way took its calls' rows as it began (tool_rounds.take_slots): the sweep writes on them.
+    for name in ("a", "b", "c"):
+        ToolCall.objects.create(user=alice, conversation=conversation, message=dead_reply, server="tests", tool=name,
+                                status="cancelled")  # fmt: skip
     api_live = Usage.objects.create(user=alice, model=I14, status="streaming", source="api", worker=alive)
     api_dead = Usage.objects.create(user=alice, model=I14, status="streaming", source="api", worker=dead)
 
