@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -125,11 +126,15 @@ def tools_for(user, chosen: list[str] | None) -> tuple[ToolSpec, ...]:
     return tuple(specs)
 
 
-def still_offered(user_id: int, server: str, tool: str) -> bool:
-    """Whether a tool offered at a turn's start still is: its server enabled and open to the person, the tool on."""
+def still_offered(user_id: int, specs: Iterable[ToolSpec]) -> set[str]:
+    """The names of these tools, offered at a turn's start, that still are: their server enabled and open to the
+    person, the tool on. Asked at each round and at each approval: staff may take a tool away during a turn."""
+    specs = list(specs)
     user = get_user_model().objects.get(pk=user_id)
-    found = McpServer.objects.usable_by(user).filter(name=server).first()
-    return found is not None and not McpTool.objects.filter(server=found, name=tool, enabled=False).exists()
+    servers = list(McpServer.objects.usable_by(user).filter(name__in={spec.server for spec in specs}))
+    off = set(McpTool.objects.filter(server__in=servers, enabled=False).values_list("server__name", "name"))
+    usable = {server.name for server in servers}
+    return {spec.name for spec in specs if spec.server in usable and (spec.server, spec.tool) not in off}
 
 
 def menu_for(user) -> list[dict[str, Any]]:

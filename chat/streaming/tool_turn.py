@@ -70,8 +70,7 @@ class ToolTurn:
         try:
             async with asyncio.timeout(settings.MCP_APPROVAL_SECONDS):
                 approved = await future
-            if approved and not await db_threads.run(tool_catalog.still_offered)(self.job.user_id, call.server,
-                                                                                  call.tool):  # fmt: skip
+            if approved and call.name not in await self._offered_now():
                 call.error = "the tool was switched off while it waited for approval"
                 return False
             return approved
@@ -80,6 +79,10 @@ class ToolTurn:
             return False
         finally:
             self._approvals.pop(call.id, None)
+
+    async def _offered_now(self) -> set[str]:
+        """The names of the turn's tools still offered to the person (staff may take one away mid-turn)."""
+        return await db_threads.run(tool_catalog.still_offered)(self.job.user_id, self.job.tools)
 
     async def _tool_round(self) -> None:
         """Settle this round's stream, run its calls, and open the next request with their results, metered."""
@@ -98,7 +101,8 @@ class ToolTurn:
         )
         self.row_open = False
         self.earlier_usage.append({**usage, "cost": written.get("cost")})
-        specs = {spec.name: spec for spec in job.tools}
+        offered = await self._offered_now()  # a tool taken away since the turn began is no longer run
+        specs = {spec.name: spec for spec in job.tools if spec.name in offered}
 
         async def take_slots(wanted: list[tool_loop.Call]) -> list[int]:
             return await db_threads.run(tool_rounds.take_slots)(job.user_id, job.conversation_id, job.message_id,

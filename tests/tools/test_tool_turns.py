@@ -141,6 +141,25 @@ async def test_a_person_outside_the_groups_cannot_reach_the_tools(connect, alice
     assert "tools" not in fake.app.last().body and not await ToolCall.objects.filter(user=bob).aexists()
 
 
+async def test_a_tool_taken_from_the_person_during_a_turn_does_not_run_in_its_next_round(
+    connect, alice, team, tools_server, tool_providers
+):
+    """Left the group while the first round's call ran: the next round's call of the same tool is refused."""
+    await team.user_set.aadd(alice)
+    _, _, ws = await connect(alice)
+    await ws.send(type="send", conversation=None, content='[[call:tests.hang {"seconds": 2}]] [[rounds:2]]',
+                  model=MODELS["api14"])  # fmt: skip
+    frames = await ws.until("tool_call")
+    while frames[-1]["call"]["status"] != "running":
+        frames += await ws.until("tool_call")
+    await team.user_set.aremove(alice)
+    done = (await ws.until("done", timeout=60))[-1]
+    reply = await Message.objects.aget(pk=done["message"])
+    assert [[call["status"] for call in entry["calls"]] for entry in reply.tool_rounds] == [["ok"], ["forbidden"]]
+    statuses = [row.status async for row in ToolCall.objects.filter(message=reply).order_by("pk")]
+    assert statuses == ["ok", "forbidden"]
+
+
 async def test_a_model_without_tools_is_sent_none(connect, alice, team, tools_server, providers, fake):
     await team.user_set.aadd(alice)
     _, _, ws = await connect(alice)
