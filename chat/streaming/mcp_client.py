@@ -18,8 +18,10 @@ import httpx2
 
 from chat.streaming.upstream.client import DestinationGuard
 
-# A tool result's SSE event may be this large; a larger one fails the call (the chat keeps far less).
-MAX_EVENT_BYTES = 16 * 1024 * 1024
+# A server's response (a tool result, as one SSE event or one JSON body) may be this large; a larger one fails
+# the call as it arrives, before it is held whole (the chat keeps far less of it). A 10 MB text result comes
+# twice in its response (as text and as structured content), and is still read and cut.
+MAX_RESPONSE_BYTES = 32 * 1024 * 1024
 # Every request to a server is checked as upstream requests are: its name may have come to resolve to
 # a link-local or cloud metadata address since the admin saved it (that save checked it too).
 _guard = DestinationGuard()
@@ -53,6 +55,40 @@ class McpFailure(Exception):
     """A server that cannot be reached, refused, or broke the protocol: a sentence without secrets."""
 
 
+class _CappedStream(httpx2.AsyncByteStream):
+    """A response body that fails once it passes `limit` bytes."""
+
+    def __init__(self, inner: httpx2.AsyncByteStream, limit: int) -> None:
+        self.inner, self.limit = inner, limit
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        received = 0
+        async for piece in self.inner:
+            received += len(piece)
+            if received > self.limit:
+                raise httpx2.ReadError(f"the server's response passed {self.limit:,} bytes")
+            yield piece
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+class _CappedTransport(httpx2.AsyncBaseTransport):
+    """httpx2's transport, each response body capped (the SDK reads a JSON answer whole, and its SSE
+    event limit did not hold a large result back)."""
+
+    def __init__(self, limit: int) -> None:
+        self.inner, self.limit = httpx2.AsyncHTTPTransport(), limit
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        response = await self.inner.handle_async_request(request)
+        response.stream = _CappedStream(response.stream, self.limit)
+        return response
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
 @contextlib.asynccontextmanager
 async def _session(endpoint: Endpoint, seconds: float) -> AsyncIterator[Any]:
     # The SDK is imported at its first use, not with the app: its pydantic models cost every process
@@ -71,8 +107,11 @@ async def _session(endpoint: Endpoint, seconds: float) -> AsyncIterator[Any]:
         return
     timeout = httpx2.Timeout(seconds)
     hooks = {"request": [] if endpoint.allow_link_local else [_guard]}
-    async with httpx2.AsyncClient(headers=endpoint.headers, timeout=timeout, event_hooks=hooks) as http:
-        transport = streamable_http_client(endpoint.url, http_client=http, max_sse_event_size=MAX_EVENT_BYTES)
+    capped = _CappedTransport(MAX_RESPONSE_BYTES)
+    async with httpx2.AsyncClient(
+        headers=endpoint.headers, timeout=timeout, event_hooks=hooks, transport=capped
+    ) as http:
+        transport = streamable_http_client(endpoint.url, http_client=http, max_sse_event_size=MAX_RESPONSE_BYTES)
         async with Client(transport, cache=None, read_timeout_seconds=seconds) as client:
             yield client
 

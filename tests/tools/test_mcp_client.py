@@ -31,3 +31,14 @@ async def test_a_call_whose_event_loop_stalls_past_the_limit_is_a_timeout(mcp_ht
         ended = True
         server.hang_started.set()
         await staller
+
+
+async def test_a_result_past_the_response_cap_fails_as_it_arrives_and_one_under_it_is_cut(mcp_http, monkeypatch):
+    """A result is held whole before it is cut to the chat's share: past MAX_RESPONSE_BYTES the call fails
+    instead (a 60 MB result took the process from 165 to 800 MB)."""
+    monkeypatch.setattr(mcp_client, "MAX_RESPONSE_BYTES", 1_000_000)
+    endpoint = mcp_client.Endpoint(name="tests", url=mcp_http)
+    with pytest.raises(mcp_client.McpFailure, match="passed"):
+        await mcp_client.call_tool(endpoint, "big", {"size": 2_000_000}, 30, 1000)
+    result = await mcp_client.call_tool(endpoint, "big", {"size": 300_000}, 30, 1000)  # sent twice: 600 KB
+    assert (result.size, len(result.text), result.truncated) == (300_000, 1000, True)
