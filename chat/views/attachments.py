@@ -8,8 +8,10 @@ REQUEST_MAX_BYTES (up to ATTACHMENT_MAX_FILE_BYTES). The `send` frame then names
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
+from collections.abc import AsyncIterator
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -33,11 +35,28 @@ _csrf = CsrfViewMiddleware(lambda request: None)
 # Files read at once by this process (each in a child of its own, up to 1.5 GB): the rest wait their turn,
 # spooled to disk, and are read into memory only when it comes.
 _reading = asyncio.Semaphore(max(1, os.cpu_count() or 1))
+# Each person's turn to read, [lock, uploads using it]: one file of a person's is read at a time.
+_readers: dict[int, list] = {}
 # Each person's uploads in flight on this process (the event loop's alone: no lock).
 _in_flight: dict[int, int] = {}
 
 # A download is never a page of ours: no script, no styles, no frames, whatever it claims to be.
 DOWNLOAD_POLICY = "default-src 'none'; img-src 'self'; sandbox"
+
+
+@contextlib.asynccontextmanager
+async def reading_turn(user_id: int) -> AsyncIterator[None]:
+    """One of this process's reading slots, taken for one file of a person's at a time: a person's slow files
+    (a crafted PDF takes ATTACHMENT_EXTRACT_SECONDS) hold one slot while others' files are read in the rest."""
+    entry = _readers.setdefault(user_id, [asyncio.Lock(), 0])
+    entry[1] += 1
+    try:
+        async with entry[0], _reading:
+            yield
+    finally:
+        entry[1] -= 1
+        if not entry[1]:
+            del _readers[user_id]
 
 
 @csrf_exempt  # checked below, once the body is parsed: not on the thread every socket's database work shares
@@ -88,7 +107,7 @@ async def _upload(request, user):
     if upload.size == 0:
         return error(400, "empty_file", _("%(name)s is empty.") % {"name": name})
     try:
-        async with _reading:
+        async with reading_turn(user.pk):
             data = await asyncio.to_thread(upload.read)  # in memory only now, not while waiting for a turn
             timeout = settings.ATTACHMENT_EXTRACT_SECONDS
             inspected = await asyncio.to_thread(attachment_content.inspect_limited, data, timeout=timeout)

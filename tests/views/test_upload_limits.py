@@ -16,7 +16,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 class HeldTurns:
-    """Stands in for the reading turns: every upload waits at its turn until released."""
+    """Stands in for the reading turns (anyone's): every upload waits at its turn until released."""
 
     def __init__(self) -> None:
         self.released = asyncio.Event()
@@ -52,7 +52,7 @@ def post(client: AsyncClient, name: str, data: bytes):
 @override_settings(ATTACHMENT_MAX_UPLOADS_IN_FLIGHT=2)
 async def test_a_persons_uploads_in_flight_are_capped(alice, bob, monkeypatch):
     turns = HeldTurns()
-    monkeypatch.setattr(attachments, "_reading", turns)
+    monkeypatch.setattr(attachments, "reading_turn", lambda user_id: turns)
     mine, theirs = await signed_in(alice), await signed_in(bob)
     held = [asyncio.create_task(post(mine, f"{n}.txt", b"notes %d" % n)) for n in range(2)]
     async with asyncio.timeout(30):
@@ -73,6 +73,24 @@ async def test_a_persons_uploads_in_flight_are_capped(alice, bob, monkeypatch):
     assert attachments._in_flight == {}  # every one counted out again
     assert (await post(mine, "now.txt", b"room again")).status_code == 201
     assert await Attachment.objects.filter(owner=alice).acount() == 3
+
+
+async def test_one_persons_files_are_read_one_at_a_time_leaving_the_other_slots_to_others(monkeypatch):
+    """A person's four crafted PDFs, each taking the whole time limit, held every reading slot of a 2-core
+    server: someone else's small file waited 43 s. Now one of a person's is read at a time."""
+    monkeypatch.setattr(attachments, "_reading", asyncio.Semaphore(2))
+    first, second = attachments.reading_turn(1), attachments.reading_turn(1)
+    await first.__aenter__()
+    waiting = asyncio.create_task(second.__aenter__())
+    await asyncio.sleep(0)  # it runs up to its wait
+    async with asyncio.timeout(10):
+        async with attachments.reading_turn(2):  # the free slot is someone else's to take
+            assert not waiting.done()
+    await first.__aexit__(None, None, None)
+    async with asyncio.timeout(10):
+        await waiting  # the person's next file, once their first is read
+    await second.__aexit__(None, None, None)
+    assert attachments._readers == {}
 
 
 def test_a_large_upload_is_spooled_to_disk_not_held_in_memory(rf):
