@@ -6,11 +6,13 @@ import uuid
 
 from django.conf import settings
 from django.core.files.base import ContentFile
+from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from chat.lib import attachment_content
 from chat.lib.token_estimate import estimate_tokens
+from chat.metering import metered_streams
 from chat.models.attachments import MAX_PER_MESSAGE, UNSENT_KEPT, Attachment, attachment_storage, human_size
 from chat.models.base import ChatError
 
@@ -21,7 +23,6 @@ def store_upload(owner, name: str, size: int, inspected: attachment_content.Insp
     for stale in old:
         stale.delete()
     stored = len(inspected.data) + len(inspected.text.encode())
-    check_quota(owner, stored)
     attachment = Attachment(
         owner=owner,
         name=name[:255] or "attachment",
@@ -37,10 +38,21 @@ def store_upload(owner, name: str, size: int, inspected: attachment_content.Insp
     if settings.ATTACHMENT_STORAGE == "database":
         attachment.data = inspected.data
     else:
-        # Never the user's file name: no path tricks, no collisions, nothing guessable.
+        # Never the user's file name: no path tricks, no collisions, nothing guessable. Written before the
+        # transaction below, which holds the person's row lock (on SQLite, every writer) for a row's insert only.
         name = f"{owner.pk}/{uuid.uuid4().hex}"
         attachment.path = attachment_storage().save(name, ContentFile(inspected.data))
-    attachment.save()
+    try:
+        with transaction.atomic():
+            # Under the person's row lock, as a copy into their conversations is: uploads to two server
+            # processes at once cannot each find the same room.
+            metered_streams.lock_person(owner.pk)
+            check_quota(owner, stored)
+            attachment.save()
+    except BaseException:
+        if attachment.path:
+            attachment_storage().delete(attachment.path)
+        raise
     return attachment
 
 

@@ -15,6 +15,7 @@ from django.db import transaction
 from django.utils.translation import gettext as _
 
 from chat.actions.shares import shared_content
+from chat.metering import metered_streams
 from chat.models import Attachment, ChatError, Conversation, Message, Share
 from chat.models.attachments import attachment_storage, human_size
 
@@ -64,9 +65,11 @@ def continue_shared(share: Share, reader) -> Conversation:
     content = shared_content(share)
     messages = content["messages"]
     attachments = _attachments(share, [m["id"] for m in messages])
-    _check_quota(reader, attachments)
     first = next((m["content"] for m in messages if m["role"] == Message.Role.USER and m["content"]), "")
     with transaction.atomic():
+        # Counted and copied under the reader's row lock: ten copies asked at once each found room for one.
+        metered_streams.lock_person(reader.pk)
+        _check_quota(reader, attachments)
         conversation = Conversation.objects.create(
             owner=reader, title=content["title"] or Conversation.title_for(first), model=content["model"] or ""
         )
