@@ -55,6 +55,11 @@ def socket_closed(user_id: int) -> None:
         del _sockets[user_id]
 
 
+def open_sockets(user_id: int) -> int:
+    """How many sockets the user has open on this process."""
+    return _sockets[user_id]
+
+
 def connected_users() -> set[int]:
     """The users with a socket open on this process."""
     return set(_sockets)

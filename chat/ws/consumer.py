@@ -35,7 +35,7 @@ from chat.streaming import generation
 from chat.streaming.catalog import with_catalog
 from chat.streaming.frames import conversation_group, done_frame, frame, snapshot_frames
 from chat.ws.language import language_from_scope
-from chat.ws.overload import DATABASE_DOWN, DATABASE_UNAVAILABLE
+from chat.ws.overload import DATABASE_DOWN, DATABASE_UNAVAILABLE, TRY_AGAIN_LATER
 
 # Frames that start a stream re-check the session first (cached for CHAT_SESSION_CHECK_SECONDS).
 SESSION_CHECKED_FRAMES = frozenset({"send", "regenerate", "edit", "continue"})
@@ -48,6 +48,9 @@ REDIS_FRAMES = FailureStreak("websocket frames cannot reach Redis", "websocket f
 # An attaching socket waits this long for the owner's snapshot, then shows the saved text:
 # an owner killed a moment ago still holds its lease but will never answer.
 SNAPSHOT_WAIT = 3.0
+# Each person's frames on this process, all their sockets together (twice one socket's rate): hundreds of
+# sockets, each within its own rate, kept a core busy. Over it a frame is refused, never a socket closed.
+_person_frames: dict[int, FrameLimiter] = {}
 # attaching[reply] when the snapshot came from the database: no delta lines up with it.
 FROM_DATABASE = -1
 
@@ -74,6 +77,11 @@ class ChatConsumer(LeanJsonWebsocketConsumer):
             await self.accept()
             await self.close(code=SIGNED_OUT)
             return
+        if session_sockets.open_sockets(user.pk) >= settings.CHAT_MAX_SOCKETS_PER_PERSON:
+            # Thousands of one person's sockets held memory and, each within its own frame rate, the event loop.
+            await self.accept()
+            await self.close(code=TRY_AGAIN_LATER)
+            return
         self.user = user
         self.language = language_from_scope(self.scope)
         self.session_key = self.scope["session"].session_key
@@ -82,9 +90,10 @@ class ChatConsumer(LeanJsonWebsocketConsumer):
         # reply id -> seq of the last delta (or snapshot) this socket got (None: waiting for a snapshot)
         self.attaching: dict[int, int | None] = {}
         self.waits: set[asyncio.Task] = set()
-        self.frames = FrameLimiter(
-            settings.CHAT_FRAME_RATE, settings.CHAT_FRAME_BURST, asyncio.get_running_loop().time()
-        )
+        now = asyncio.get_running_loop().time()
+        self.frames = FrameLimiter(settings.CHAT_FRAME_RATE, settings.CHAT_FRAME_BURST, now)
+        if user.pk not in _person_frames:
+            _person_frames[user.pk] = FrameLimiter(2 * settings.CHAT_FRAME_RATE, 2 * settings.CHAT_FRAME_BURST, now)
         self.closing = False
         session_sockets.socket_opened(user.pk)
         try:
@@ -104,6 +113,8 @@ class ChatConsumer(LeanJsonWebsocketConsumer):
             wait.cancel()
         if hasattr(self, "user"):
             session_sockets.socket_closed(self.user.pk)
+            if not session_sockets.open_sockets(self.user.pk):
+                _person_frames.pop(self.user.pk, None)
             try:
                 await self.channel_layer.group_discard(user_group(self.user.pk), self.channel_name)
             except Exception as exc:  # the membership expires with the layer's group expiry
@@ -149,9 +160,19 @@ class ChatConsumer(LeanJsonWebsocketConsumer):
             return True
         if self.closing:
             return False  # closed for flooding: what is still queued is dropped unread
-        verdict = limiter.take(asyncio.get_running_loop().time())
+        now = asyncio.get_running_loop().time()
+        verdict = limiter.take(now)
         if verdict == "ok":
-            return True
+            person = _person_frames.get(self.user.pk)
+            if person is None or person.take(now) == "ok":
+                return True
+            if person.first_refusal:
+                await self.send_error(
+                    "rate_limited",
+                    _("Too many frames from your tabs together: at most %(rate)s a second. Slow down.")
+                    % {"rate": f"{person.rate:g}"},
+                )
+            return False
         if verdict == "close":
             self.closing = True
             await self.send_error("rate_limited", _("Too many frames; the connection is closed."))

@@ -240,6 +240,46 @@ async def test_a_flood_of_attach_frames_is_refused_then_closed_cheaply(server, a
         assert (await other.until("done"))[-1]["status"] == "complete"
 
 
+async def test_a_persons_tabs_share_one_frame_budget_and_no_tab_is_closed_for_it(server, alice, providers):
+    """Each socket within its own rate, hundreds of a person's sockets kept a core busy: together they get twice
+    one socket's (a burst of 120 here), and past it a frame is refused, never a socket closed."""
+    conversation = await Conversation.objects.acreate(owner=alice, title="x")
+    frame = orjson.dumps({"type": "attach", "conversation": conversation.pk}).decode()
+    async with contextlib.AsyncExitStack() as stack:
+        tabs = [await stack.enter_async_context(Tab(server, alice)) for _ in range(4)]
+        for tab in tabs:
+            for _ in range(55):  # within one socket's burst of 60: no socket is refused by its own bucket
+                await tab.ws.send_str(frame)
+        errors = [asyncio.ensure_future(tab.until("error", timeout=30)) for tab in tabs]
+        done, pending = await asyncio.wait(errors, timeout=30, return_when=asyncio.FIRST_COMPLETED)
+        for waiting in pending:
+            waiting.cancel()
+        refused = next(iter(done)).result()[-1]
+        assert refused["code"] == "rate_limited" and "your tabs together" in refused["detail"]
+        assert not any(tab.ws.closed for tab in tabs)
+
+
+async def test_a_person_may_have_so_many_sockets_open_and_one_more_is_told_to_try_later(server, alice, bob):
+    async with contextlib.AsyncExitStack() as stack:
+        for _ in range(20):  # CHAT_MAX_SOCKETS_PER_PERSON
+            await stack.enter_async_context(Tab(server, alice))
+        async with Tab(server, alice) as one_more:
+            assert await one_more.closed() == 4013
+        async with Tab(server, bob) as someone_else:
+            assert await someone_else.still_open()
+        await stack.pop_all().aclose()  # the tabs closed, there is room again
+    for _ in range(100):  # once the server has seen them close (no event tells the client when)
+        async with Tab(server, alice) as again:
+            with contextlib.suppress(ConnectionResetError):  # closed at once with 4013: no room yet
+                await again.send(type="attach", conversation=999_999_999)
+            reply = await again.ws.receive(timeout=20)
+            if reply.type == aiohttp.WSMsgType.TEXT:
+                assert orjson.loads(reply.data)["code"] == "not_found"
+                break
+    else:
+        raise AssertionError("no room again after the tabs closed")
+
+
 def test_frame_limiter_refuses_over_the_rate_and_closes_a_flood_that_goes_on():
     limiter = FrameLimiter(rate=10, burst=5, now=0.0)
     assert [limiter.take(0.0) for _ in range(5)] == ["ok"] * 5
