@@ -11,10 +11,13 @@ within AUTH_HASH_WAIT is told the server is busy.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import ipaddress
 import threading
+import unicodedata
 import weakref
+from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 
 from asgiref.sync import sync_to_async
@@ -125,6 +128,30 @@ def _turn() -> asyncio.Semaphore:
     return _turns[loop]
 
 
+# Each typed login's sign-ins, [lock, posts using it]: one at a time, so that one person's flood of posts (even with
+# the right password, which locks nothing out) waits behind itself rather than taking every turn from the others.
+_logins: dict[str, list] = {}
+
+
+def login_key(login: object) -> str:
+    """The typed login as its spellings share it (case, spaces, full-width letters): an account has two, its
+    username and its e-mail address."""
+    return unicodedata.normalize("NFKC", login).strip().casefold() if isinstance(login, str) else ""
+
+
+@contextlib.asynccontextmanager
+async def _login_turn(key: str) -> AsyncIterator[None]:
+    entry = _logins.setdefault(key, [asyncio.Lock(), 0])
+    entry[1] += 1
+    try:
+        async with entry[0]:
+            yield
+    finally:
+        entry[1] -= 1
+        if not entry[1]:
+            del _logins[key]
+
+
 def sign_in_view(view):
     """Run a sign-in view's POSTs on the sign-in pool, so hashing never holds up other requests."""
 
@@ -143,15 +170,19 @@ def sign_in_view(view):
         if request.method != "POST":
             return await sync_to_async(run)(request, *args, **kwargs)
         turn = _turn()
-        try:
-            async with asyncio.timeout(settings.AUTH_HASH_WAIT):
-                await turn.acquire()
-        except TimeoutError:
-            return await sync_to_async(login_page)(request, _(BUSY), 503)
-        try:
-            return await sync_to_async(run, thread_sensitive=False, executor=_pool)(request, *args, **kwargs)
-        finally:
-            turn.release()
+        async with contextlib.AsyncExitStack() as held:
+            try:
+                async with asyncio.timeout(settings.AUTH_HASH_WAIT):
+                    key = login_key(request.POST.get("username"))  # the sign-in form's (an invite's has none)
+                    if key:
+                        await held.enter_async_context(_login_turn(key))
+                    await turn.acquire()
+            except TimeoutError:
+                return await sync_to_async(login_page)(request, _(BUSY), 503)
+            try:
+                return await sync_to_async(run, thread_sensitive=False, executor=_pool)(request, *args, **kwargs)
+            finally:
+                turn.release()
 
     return wrapper
 
