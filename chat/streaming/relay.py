@@ -117,6 +117,13 @@ def prompt_chars(messages: list[dict[str, Any]]) -> int:
     return sum(len(message_text(message.get("content"))) for message in messages) + images * IMAGE_CHARS
 
 
+def request_chars(body: dict[str, Any]) -> int:
+    """prompt_chars() of a chat request's messages plus its tool definitions, which the model reads too (a
+    /v1 request may carry megabytes of them)."""
+    tools = body.get("tools")
+    return prompt_chars(body["messages"]) + (len(orjson.dumps(tools)) if tools else 0)
+
+
 class Running:
     """The streams this process is relaying, and whose each is: for ending them at shutdown or deactivation."""
 

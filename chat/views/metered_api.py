@@ -26,7 +26,7 @@ from chat.runtime import db_busy, db_threads, metrics, process_loops
 from chat.streaming import upstream
 from chat.streaming.catalog import CatalogEntry, cached_catalog, resolve_in, with_catalog
 from chat.streaming.providers import client, open_provider_stream, provider_limit, provider_slot, stream_state, timeouts
-from chat.streaming.relay import RequestError, message_text, prompt_chars
+from chat.streaming.relay import RequestError, message_text, request_chars
 
 log = logging.getLogger(__name__)
 M = TypeVar("M", bound="MeteredRequest")
@@ -343,7 +343,7 @@ class MeteredRequest:
 
     def prompt_chars(self) -> int:
         """The prompt's length in characters, for estimating its tokens when the upstream does not say."""
-        return prompt_chars(self.body["messages"])
+        return request_chars(self.body)
 
     def begin(self) -> None:
         """Start the metered stream (chat/metering/metered_streams.py) before anything goes upstream.

@@ -31,7 +31,7 @@ from chat.lib.responses_request import ITEM_ID, ResponsesRequest, chat_messages,
 from chat.models import StoredResponse
 from chat.models.responses import BrokenChain
 from chat.streaming import upstream
-from chat.streaming.relay import DONE_EVENT, Relay, RequestError, prompt_chars, running, upstream_body
+from chat.streaming.relay import DONE_EVENT, Relay, RequestError, running, upstream_body
 from chat.views.metered_api import (
     MeteredRequest,
     Refused,
@@ -130,7 +130,7 @@ class MeteredResponse(MeteredRequest):
 
     def usage(self) -> dict[str, Any]:
         """The usage so far in the Responses API's names, as the usage row will record it."""
-        return usage_of(self.state.metering(prompt_chars(self.body["messages"]), asyncio.get_running_loop().time()))
+        return usage_of(self.state.metering(self.prompt_chars(), asyncio.get_running_loop().time()))
 
     def start_translator(self) -> ResponsesTranslator:
         request = self.request

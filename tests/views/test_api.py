@@ -302,6 +302,16 @@ def test_a_large_body_is_checked_for_a_known_token_only(server, token, providers
     assert len(fake.app.last().body["messages"]) == 40_001
 
 
+def test_tool_definitions_count_in_the_prompts_reservation(sdk, alice, fake):
+    """A request carrying megabytes of tool descriptions reserved 4 prompt tokens: only its messages counted."""
+    tool = {"type": "function", "function": {"name": "look", "description": "d" * 8000, "parameters": {}}}
+    stream = sdk.chat.completions.create(model=I14, messages=[{"role": "user", "content": "[[delay:300]] hi"}],
+                                         tools=[tool], stream=True)  # fmt: skip
+    next(iter(stream))  # streaming: the row holds the start's estimate, not yet the upstream's count
+    assert Usage.objects.get().prompt_tokens >= 8000 // 4
+    stream.close()
+
+
 def test_mid_stream_errors_are_forwarded_and_end_with_done(server, token, providers, fake):
     _, pieces = raw_stream(
         server, token, message("[[fault:midstream]] [[chunks:20]]", "openai/gpt-5-mini", stream=True)
