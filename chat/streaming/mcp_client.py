@@ -168,7 +168,38 @@ def result_text(content: list[Any], structured: Any) -> str:
 async def call_tool(endpoint: Endpoint, tool: str, arguments: dict[str, Any], seconds: float,
                     max_chars: int) -> Result:  # fmt: skip
     """Call one tool within `seconds` (TimeoutError past it); its text cut to `max_chars`; McpFailure if the
-    server could not answer."""
+    server could not answer.
+
+    The session closes in a task of its own: past the limit, or on a Stop, the caller is answered at once
+    while it closes (the SDK waits seconds for a stdio server to exit before it ends the process).
+    """
+    call = asyncio.ensure_future(_call(endpoint, tool, arguments, seconds))
+    try:
+        done, _ = await asyncio.wait({call}, timeout=seconds)
+    except asyncio.CancelledError:
+        _leave_closing(call)
+        raise
+    if not done:
+        _leave_closing(call)
+        raise TimeoutError
+    text, is_error = call.result()
+    size = len(text)
+    return Result(text=text[:max_chars], is_error=is_error, size=size, truncated=size > max_chars)
+
+
+# Calls given up on (past their limit, or stopped), still closing their sessions: kept referenced until they have.
+_closing: set[asyncio.Task] = set()
+
+
+def _leave_closing(call: asyncio.Task) -> None:
+    call.cancel()
+    _closing.add(call)
+    call.add_done_callback(_closing.discard)
+    call.add_done_callback(lambda task: task.cancelled() or task.exception())  # its error is no one's now
+
+
+async def _call(endpoint: Endpoint, tool: str, arguments: dict[str, Any], seconds: float) -> tuple[str, bool]:
+    """The call itself, its session opened and closed within the time limit: the result's text and is_error."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + seconds
     async with asyncio.timeout_at(deadline):
@@ -183,6 +214,4 @@ async def call_tool(endpoint: Endpoint, tool: str, arguments: dict[str, Any], se
             if loop.time() >= deadline:
                 raise TimeoutError from None
             raise McpFailure(_describe(exc, endpoint)) from None
-    text = result_text(answer.content, answer.structured_content)
-    size = len(text)
-    return Result(text=text[:max_chars], is_error=bool(answer.is_error), size=size, truncated=size > max_chars)
+    return result_text(answer.content, answer.structured_content), bool(answer.is_error)

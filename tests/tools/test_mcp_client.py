@@ -42,3 +42,22 @@ async def test_a_result_past_the_response_cap_fails_as_it_arrives_and_one_under_
         await mcp_client.call_tool(endpoint, "big", {"size": 2_000_000}, 30, 1000)
     result = await mcp_client.call_tool(endpoint, "big", {"size": 300_000}, 30, 1000)  # sent twice: 600 KB
     assert (result.size, len(result.text), result.truncated) == (300_000, 1000, True)
+
+
+async def test_a_stdio_call_past_its_limit_answers_at_once_and_its_server_is_ended_behind_it():
+    """The SDK gives a stdio server seconds to exit before it ends it: a 10 s limit showed "Timed out 11.5 s",
+    and a Stop waited as long. The caller is answered at the limit; the session closes in a task of its own."""
+    import sys
+
+    from tests.live import ROOT
+
+    command = {"command": sys.executable, "args": ["-m", "tests.mcp_servers.server", "stdio"], "cwd": str(ROOT)}
+    endpoint = mcp_client.Endpoint(name="local", stdio=command)
+    assert (await mcp_client.call_tool(endpoint, "echo", {"text": "up"}, 30, 1000)).text == "echo: up"  # it starts
+    with pytest.raises(TimeoutError):
+        await mcp_client.call_tool(endpoint, "hang", {}, 3, 1000)
+    closing = set(mcp_client._closing)
+    assert len(closing) == 1  # answered while its session still closes
+    async with asyncio.timeout(30):
+        await asyncio.wait(closing)
+    assert not mcp_client._closing
