@@ -583,6 +583,26 @@ async def test_a_start_is_one_database_trip_before_the_upstream_request(token, p
     assert trips == [("open", 1), ("_save", 2)]
 
 
+async def test_a_large_bodys_token_check_with_the_database_away_is_a_503(token, monkeypatch):
+    """The token is read before a large body is checked: the database away is the usual 503, not a 500."""
+    from django.db import OperationalError
+
+    from chat.views import metered_api
+    from chatsite.middleware import ASGIHandler
+    from tests.chatsite.test_completions import answer, scope
+
+    def away(secret):
+        raise OperationalError("connection refused")
+
+    monkeypatch.setattr(metered_api, "cached_token_for", away)
+    body = orjson.dumps(message("a" * (metered_api.LARGE_BODY_BYTES + 1)))
+    status, headers, content = await answer(
+        ASGIHandler(), scope(headers=[(b"authorization", b"Bearer " + token.encode())]), body
+    )
+    assert status == 503 and orjson.loads(content)["error"]["code"] == "database_unavailable"
+    assert (b"Retry-After", b"5") in headers
+
+
 def test_a_host_this_server_does_not_answer_to_gets_json_not_a_page(server, token):
     """ALLOWED_HOSTS refuses it: under /v1/ in OpenAI's error shape (the SDKs read it), under /api/ in the page's."""
     headers = {"Authorization": f"Bearer {token}", "Host": "chat.attacker.example"}
