@@ -17,7 +17,6 @@ import ipaddress
 import threading
 import unicodedata
 import weakref
-from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 
 from asgiref.sync import sync_to_async
@@ -32,6 +31,8 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop, ngettext
+
+from chat.lib.key_turns import KeyTurns
 
 BUSY = gettext_noop("The server is busy checking other sign-ins. Please try again in a moment.")
 
@@ -128,28 +129,15 @@ def _turn() -> asyncio.Semaphore:
     return _turns[loop]
 
 
-# Each typed login's sign-ins, [lock, posts using it]: one at a time, so that one person's flood of posts (even with
-# the right password, which locks nothing out) waits behind itself rather than taking every turn from the others.
-_logins: dict[str, list] = {}
+# Each typed login's sign-ins one at a time, so that one person's flood of posts (even with the right password,
+# which locks nothing out) waits behind itself rather than taking every turn from the others.
+_logins = KeyTurns()
 
 
 def login_key(login: object) -> str:
     """The typed login as its spellings share it (case, spaces, full-width letters): an account has two, its
     username and its e-mail address."""
     return unicodedata.normalize("NFKC", login).strip().casefold() if isinstance(login, str) else ""
-
-
-@contextlib.asynccontextmanager
-async def _login_turn(key: str) -> AsyncIterator[None]:
-    entry = _logins.setdefault(key, [asyncio.Lock(), 0])
-    entry[1] += 1
-    try:
-        async with entry[0]:
-            yield
-    finally:
-        entry[1] -= 1
-        if not entry[1]:
-            del _logins[key]
 
 
 def sign_in_view(view):
@@ -175,7 +163,7 @@ def sign_in_view(view):
                 async with asyncio.timeout(settings.AUTH_HASH_WAIT):
                     key = login_key(request.POST.get("username"))  # the sign-in form's (an invite's has none)
                     if key:
-                        await held.enter_async_context(_login_turn(key))
+                        await held.enter_async_context(_logins.turn(key))
                     await turn.acquire()
             except TimeoutError:
                 return await sync_to_async(login_page)(request, _(BUSY), 503)

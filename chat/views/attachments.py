@@ -25,6 +25,7 @@ from django.views.decorators.http import require_http_methods
 
 from chat.actions.attachments import store_upload
 from chat.lib import attachment_content
+from chat.lib.key_turns import KeyTurns
 from chat.models import Attachment, ChatError, ConversationRead
 from chat.models.attachments import human_size
 from chat.views.json_api import error
@@ -35,8 +36,8 @@ _csrf = CsrfViewMiddleware(lambda request: None)
 # Files read at once by this process (each in a child of its own, up to 1.5 GB): the rest wait their turn,
 # spooled to disk, and are read into memory only when it comes.
 _reading = asyncio.Semaphore(max(1, os.cpu_count() or 1))
-# Each person's turn to read, [lock, uploads using it]: one file of a person's is read at a time.
-_readers: dict[int, list] = {}
+# One file of a person's is read at a time.
+_readers = KeyTurns()
 # Each person's uploads in flight on this process (the event loop's alone: no lock).
 _in_flight: dict[int, int] = {}
 
@@ -48,15 +49,8 @@ DOWNLOAD_POLICY = "default-src 'none'; img-src 'self'; sandbox"
 async def reading_turn(user_id: int) -> AsyncIterator[None]:
     """One of this process's reading slots, taken for one file of a person's at a time: a person's slow files
     (a crafted PDF takes ATTACHMENT_EXTRACT_SECONDS) hold one slot while others' files are read in the rest."""
-    entry = _readers.setdefault(user_id, [asyncio.Lock(), 0])
-    entry[1] += 1
-    try:
-        async with entry[0], _reading:
-            yield
-    finally:
-        entry[1] -= 1
-        if not entry[1]:
-            del _readers[user_id]
+    async with _readers.turn(user_id), _reading:
+        yield
 
 
 @csrf_exempt  # checked below, once the body is parsed: not on the thread every socket's database work shares

@@ -188,18 +188,18 @@ def test_a_sign_in_that_cannot_get_a_turn_is_told_the_server_is_busy_and_not_cou
 async def test_one_logins_sign_ins_take_turns_leaving_the_pool_to_others():
     """Forty right passwords for one account at once took every turn: another person's sign-in got 503."""
     assert signin.login_key(" Dave ") == signin.login_key("DAVE") == signin.login_key("\uff24ave") == "dave"
-    first, second = signin._login_turn(signin.login_key("dave")), signin._login_turn(signin.login_key("DAVE"))
+    first, second = signin._logins.turn(signin.login_key("dave")), signin._logins.turn(signin.login_key("DAVE"))
     await first.__aenter__()
     waiting = asyncio.create_task(second.__aenter__())
     await asyncio.sleep(0)  # it runs up to its wait
     async with asyncio.timeout(10):
-        async with signin._login_turn(signin.login_key("pat")):  # someone else's is not behind dave's
+        async with signin._logins.turn(signin.login_key("pat")):  # someone else's is not behind dave's
             assert not waiting.done()
     await first.__aexit__(None, None, None)
     async with asyncio.timeout(10):
         await waiting
     await second.__aexit__(None, None, None)
-    assert signin._logins == {}
+    assert not signin._logins  # forgotten once no one holds or waits for it
 
 
 def test_code_may_still_check_a_password_without_a_request(alice):

@@ -90,7 +90,7 @@ async def test_one_persons_files_are_read_one_at_a_time_leaving_the_other_slots_
     async with asyncio.timeout(10):
         await waiting  # the person's next file, once their first is read
     await second.__aexit__(None, None, None)
-    assert attachments._readers == {}
+    assert not attachments._readers  # forgotten once no one holds or waits for it
 
 
 def test_a_large_upload_is_spooled_to_disk_not_held_in_memory(rf):
