@@ -57,6 +57,7 @@ def server_env(database_url: str, fake_port: int, **more: str) -> dict[str, str]
         "LOG_LEVEL": "WARNING",
         "FAKE_UPSTREAM_KEY": KEY,
         "CHAT_MAX_STREAMS": "0",
+        "CHAT_MAX_SOCKETS_PER_PERSON": "0",  # one person's hundreds of sockets are the load under test
         "API_MAX_STREAMS": "0",
         "API_TOKEN_MAX_STREAMS": "0",
         "RATE_LIMIT_PER_MINUTE": "0",

@@ -510,7 +510,7 @@ API_TOKEN_RATE_LIMIT_PER_MINUTE = env_number("API_TOKEN_RATE_LIMIT_PER_MINUTE", 
 CHAT_FRAME_RATE = env_number("CHAT_FRAME_RATE", 20.0, float)
 CHAT_FRAME_BURST = env_number("CHAT_FRAME_BURST", 60)
 # All of a person's sockets on a process share twice that (so many sockets are no way around it), and a person
-# may have this many sockets open on a process (tabs, windows); one more is closed with 4013, try again later.
+# may have this many sockets open on a process (tabs, windows; 0: no limit); one more is closed with 4013.
 CHAT_MAX_SOCKETS_PER_PERSON = env_number("CHAT_MAX_SOCKETS_PER_PERSON", 20)
 # The largest max_tokens (and max_completion_tokens) accepted on every path, and n on /v1/.
 MAX_TOKENS_LIMIT = env_number("MAX_TOKENS_LIMIT", 32768)
@@ -585,10 +585,10 @@ if BUDGET_DEFAULT_TOKENS is not None and BUDGET_DEFAULT_TOKENS < 0:
     raise ImproperlyConfigured("BUDGET_DEFAULT_TOKENS must be 0 or more")
 if ATTACHMENT_MAX_UPLOADS_IN_FLIGHT < 1:
     raise ImproperlyConfigured("ATTACHMENT_MAX_UPLOADS_IN_FLIGHT must be at least 1")
-if CHAT_FRAME_RATE <= 0 or CHAT_FRAME_BURST < 1 or API_MAX_N < 1 or CHAT_MAX_SOCKETS_PER_PERSON < 1:
-    raise ImproperlyConfigured(
-        "CHAT_FRAME_RATE, CHAT_FRAME_BURST, CHAT_MAX_SOCKETS_PER_PERSON and API_MAX_N must be positive"
-    )
+if CHAT_FRAME_RATE <= 0 or CHAT_FRAME_BURST < 1 or API_MAX_N < 1:
+    raise ImproperlyConfigured("CHAT_FRAME_RATE, CHAT_FRAME_BURST and API_MAX_N must be positive")
+if CHAT_MAX_SOCKETS_PER_PERSON < 0:
+    raise ImproperlyConfigured("CHAT_MAX_SOCKETS_PER_PERSON must be 0 (no limit) or more")
 if min(AUTH_LOCKOUT_FAILURES, AUTH_LOCKOUT_MINUTES, AUTH_HASH_CONCURRENCY) < 1:
     raise ImproperlyConfigured("AUTH_LOCKOUT_FAILURES, AUTH_LOCKOUT_MINUTES, AUTH_HASH_CONCURRENCY must be 1 or more")
 

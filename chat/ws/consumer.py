@@ -77,7 +77,8 @@ class ChatConsumer(LeanJsonWebsocketConsumer):
             await self.accept()
             await self.close(code=SIGNED_OUT)
             return
-        if session_sockets.open_sockets(user.pk) >= settings.CHAT_MAX_SOCKETS_PER_PERSON:
+        most = settings.CHAT_MAX_SOCKETS_PER_PERSON
+        if most and session_sockets.open_sockets(user.pk) >= most:
             # Thousands of one person's sockets held memory and, each within its own frame rate, the event loop.
             await self.accept()
             await self.close(code=TRY_AGAIN_LATER)

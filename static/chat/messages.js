@@ -322,8 +322,11 @@ export class MessageView {
     this.statusLine.textContent = label;
     this.statusLine.hidden = !label;
     this.showError(message.error || "");
-    // A stream that never produced anything shows no guessed usage ("≈8 in ≈0 out").
-    const nothing = message.usage?.estimated && !message.usage.completion_tokens && message.status !== "complete";
+    // A stream that never produced anything shows no guessed usage ("≈8 in ≈0 out"), nor the nothing a refused
+    // request is metered with ("0 in 0 out").
+    const usage = message.usage;
+    const nothing =
+      usage && !usage.completion_tokens && message.status !== "complete" && (usage.estimated || !usage.prompt_tokens);
     this.showUsage(nothing ? null : message.usage);
     this.onPaint();
   }

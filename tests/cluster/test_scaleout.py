@@ -52,6 +52,7 @@ def _cluster(fake_server, database_url, prefix, **settings):
         # carol runs 50 streams at once, 250 in a minute: the per-person chat limits are off here
         "CHAT_MAX_STREAMS": "0",
         "RATE_LIMIT_PER_MINUTE": "0",
+        "CHAT_MAX_SOCKETS_PER_PERSON": "0",  # and 50 tabs of hers watch from each process
         "API_CHECKPOINT_SECONDS": "1",
         # A process's cached API tokens outlive every test: a deactivation elsewhere must be told, not waited out.
         "API_TOKEN_CACHE_SECONDS": "600",
