@@ -225,7 +225,8 @@ if __name__ == "__main__":
     folder = tempfile.mkdtemp(prefix="storm-")
     database = f"sqlite:///{folder}/storm.sqlite3"
     keys = sessions(database, args.users)
-    env = {"DATABASE_URL": database}
+    # The storm's sockets are spread over --users sessions, tens each: the per-person cap would refuse them too.
+    env = {"DATABASE_URL": database, "CHAT_MAX_SOCKETS_PER_PERSON": "0"}
     if args.no_guard:
         env.update(WS_CONNECTS_PER_SECOND="0", WS_MAX_CONNECTING="0")
     with LiveServer(env) as live:
