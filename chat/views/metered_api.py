@@ -377,6 +377,7 @@ class MeteredRequest:
         """The provider's whole answer to `payload`, in one of its connection slots: (answer, None), or
         (None, the response to send instead) once a failure is metered."""
         provider = self.entry.provider
+        self.state.whole = True  # its first token comes with its last: no time to first token
 
         async def ask():
             async with provider_slot(provider.name, provider_limit(provider)):

@@ -98,7 +98,6 @@ async def complete(meter: MeteredRequest, payload: dict) -> HttpResponse:
     # The provider's key echoed in an answer never reaches the client (nor a stored conversation).
     content = upstream.redact_secrets(answer.content, meter.state.secrets)
     try:
-        meter.state.whole = True  # its time to first token would be the whole answer's
         meter.state.feed_chunk(upstream.parse_chunk(content), asyncio.get_running_loop().time())
         status = meter.state.outcome()
         error = meter.state.error_message() if status == "failed" else ""

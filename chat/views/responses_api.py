@@ -248,7 +248,6 @@ async def whole_response(meter: MeteredResponse, payload: dict) -> HttpResponse:
     try:
         # The provider's key echoed in an answer never reaches the client (nor a stored response).
         chunk = upstream.parse_chunk(upstream.redact_secrets(answer.content, meter.state.secrets))
-        meter.state.whole = True  # its time to first token would be the whole answer's
         meter.state.feed_chunk(chunk, asyncio.get_running_loop().time())
         meter.translator.feed(chunk)
         status = meter.state.outcome()
