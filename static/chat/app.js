@@ -376,10 +376,15 @@ function retryBusy(pending) {
   }, delay);
 }
 
+/** Whether a message's text is over the server's limit (bytes of UTF-8, as the server counts them). */
+function tooLong(content) {
+  return new TextEncoder().encode(content).length > config.maxContentBytes;
+}
+
 function sendMessage() {
   const content = ui.input.value;
   if ((!content.trim() && !tray.items.length) || state.pending || state.streaming) return;
-  if (new TextEncoder().encode(content).length > config.maxContentBytes) {
+  if (tooLong(content)) {
     const bytes = number(config.maxContentBytes);
     showNotice(t("The message is too long (over %(bytes)s bytes).", { bytes }), "compose");
     return;
@@ -726,8 +731,8 @@ const tray = new AttachmentTray({
 
 /** A message refused before sending ("does not accept images") stops saying so once it no longer is. */
 function recheckComposer() {
-  const tooLong = new TextEncoder().encode(ui.input.value).length > config.maxContentBytes;
-  if (noticeKind === "compose" && !tooLong && !tray.uploading && !tray.problem(picker.chosen, ui.input.value)) {
+  const text = ui.input.value;
+  if (noticeKind === "compose" && !tooLong(text) && !tray.uploading && !tray.problem(picker.chosen, text)) {
     clearNotice("compose");
   }
 }
