@@ -186,7 +186,7 @@ def test_the_sweep_ends_only_streams_of_dead_processes(alice, transactional_db, 
     api_live = Usage.objects.create(user=alice, model=I14, status="streaming", source="api", worker=alive)
     api_dead = Usage.objects.create(user=alice, model=I14, status="streaming", source="api", worker=dead)
 
-    recovered = recover_orphans(timedelta(seconds=6))
+    recovered = recover_orphans(timedelta(minutes=1))  # the live lease stays current on a slow, busy host
 
     assert [m.pk for m in recovered] == [dead_reply.pk]
     statuses = dict(Message.objects.values_list("pk", "status"))

@@ -21,6 +21,7 @@ def staff_client(client, django_user_model):
 def streams(django_user_model, settings):
     """Three streaming replies: one of a live process, one of a dead one, one of no process; and their usage."""
     settings.REDIS_URL = "redis://127.0.0.1:6379/0"  # several processes: alive is a current lease
+    settings.CHAT_LEASE_SECONDS = 600  # the live lease stays current however slowly a busy host runs the test
     alice = django_user_model.objects.create_user("alice", password="alice-secret-pw")
     alive = Worker.objects.create(host="a", pid=1, channel="specific.a!x")
     dead = Worker.objects.create(host="b", pid=2, channel="specific.b!x", heartbeat=timezone.now() - timedelta(hours=1))
