@@ -18,10 +18,11 @@ class ChatConfig(AppConfig):
         from chat.actions import orphans, streams, titles, tool_servers
         from chat.auth import session_sockets
         from chat.metering.summary_triggers import install_if_missing
-        from chat.runtime import control, process_loops
+        from chat.runtime import control, kept_reads, process_loops
         from chat.streaming import generation
 
         session_sockets.connect_signals()
+        kept_reads.connect_signals()
         post_migrate.connect(install_if_missing, sender=self)
         # What every serving process runs beside its streams (chat/runtime/process_loops.py).
         process_loops.add_loop("control-listener", control.listen_forever)
@@ -31,7 +32,8 @@ class ChatConfig(AppConfig):
         process_loops.add_loop("own-orphan-sweeper", orphans.sweep_own_forever)
         process_loops.add_loop("stops-from-database", streams.stops_from_database_forever)
         process_loops.add_loop("mcp-refresh", tool_servers.refresh_forever)
-        control.connect(deliver=streams.deliver, recover=orphans.recover_one, end_user=end_user, end_token=end_token)
+        control.connect(deliver=streams.deliver, recover=orphans.recover_one, end_user=end_user, end_token=end_token,
+                        tables_changed=kept_reads.forget)  # fmt: skip
         generation.after_complete = titles.after_answer
 
 

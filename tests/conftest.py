@@ -111,6 +111,15 @@ def static_files(tmp_path_factory):
 
 
 @pytest.fixture(autouse=True)
+def nothing_kept():
+    """What this process keeps of the access rules and providers (chat/runtime/kept_reads.py) is not a test's
+    before it: another test's rolled-back rows may have had the same ids."""
+    from chat.runtime import kept_reads
+
+    kept_reads.forget()
+
+
+@pytest.fixture(autouse=True)
 def no_titles(settings):
     """Model-written titles (chat/actions/titles.py) are one more upstream request and usage row after a first
     answer, which most tests do not expect: off, unless a test turns them on (tests/actions/test_titles.py)."""

@@ -49,6 +49,9 @@ class LiveServer:
             # No model-written titles: one more upstream request and usage row after a first answer,
             # which the tests do not expect (tests/actions/test_titles.py turns them on in-process).
             "CHAT_TITLES": "0",
+            # Access rules and providers read on every start: tests change them from their own process, which
+            # cannot tell a server without Redis (tests/runtime/test_kept_reads.py keeps them, as servers do).
+            "ACCESS_CACHE_SECONDS": "0",
             "PORT": str(self.port),
             "PYTHONUNBUFFERED": "1",
             **env,

@@ -28,9 +28,9 @@ from django.utils.translation import gettext as _
 from chat.actions.attachments import check_message, copy_within_quota
 from chat.lib.model_params import one_token_limit, token_limit
 from chat.metering import budgets, metered_streams
-from chat.models import Attachment, ChatDefaults, ChatError, Conversation, Message, Provider, Usage, insert_row
-from chat.models.access import access_from, access_reads
-from chat.models.base import Read, ids_read, insert_read, read_together, update_read
+from chat.models import Attachment, ChatError, Conversation, Message, Provider, Usage, insert_row
+from chat.models.base import Read, insert_read, update_read
+from chat.runtime import id_blocks, kept_reads
 from chat.streaming import upstream
 from chat.streaming.catalog import CatalogEntry, cached_catalog, resolve_in
 from chat.streaming.generation import Job
@@ -118,17 +118,21 @@ def turn_inputs(user, conversation_id: int | None) -> tuple:
     ids taken ahead (its conversation's, its message's and its reply's; else None): begin_turn
     then sends their inserts with the lock, in one round trip.
     """
+    # In one round trip (read_together): they do not depend on each other. What the user may use, the enabled
+    # providers and the person's defaults are read only when this process does not keep them
+    # (chat/runtime/kept_reads.py), and a new chat's ids only when its block is used up (chat/runtime/id_blocks.py):
+    # a new chat's start often sends nothing here.
     if conversation_id is None:
-        first, ids = ChatDefaults.read_of(user), ids_read(Conversation, Message, Message)
-    else:
-        models = Conversation.objects.owned_by(user).filter(pk=conversation_id).values_list("model")
-        first = Read(*models.query.sql_with_params(), make=lambda rows: rows[0][0] if rows else None)
-        ids = None
-    # In one round trip (read_together): they do not depend on each other.
-    reads = [first, *access_reads(user), Provider.objects.enabled_read(), *([ids] if ids is not None else [])]
-    found, rules, groups, providers, *taken = read_together(reads)
-    stored, defaults = (None, found) if conversation_id is None else (found, None)
-    return stored, defaults, access_from(user, rules, groups), providers, (taken or [None])[0]
+        ids = id_blocks.take(Conversation, Message, Message)
+        refill = id_blocks.refill(Conversation, Message, Message) if ids is None else None
+        kept = kept_reads.start_inputs(user, [refill] if refill is not None else [], defaults=True)
+        if refill is not None:
+            ids = kept.made[0]
+        return None, kept.defaults, kept.access, kept.providers, ids
+    models = Conversation.objects.owned_by(user).filter(pk=conversation_id).values_list("model")
+    first = Read(*models.query.sql_with_params(), make=lambda rows: rows[0][0] if rows else None)
+    kept = kept_reads.start_inputs(user, [first])
+    return kept.made[0], None, kept.access, kept.providers, None
 
 
 def open_turn(user, model: str | None, params: dict, catalog: list | None, *, conversation_id: int | None,
@@ -159,7 +163,8 @@ def open_turn(user, model: str | None, params: dict, catalog: list | None, *, co
     if conversation_id is None and turn.get("system_prompt") is None and access.system_prompt:
         turn["system_prompt"] = access.system_prompt  # the group's default for a new chat
     if defaults is not None and turn.get("tools") is None:  # a new chat's tools: the person's, else the group's
-        turn["tools"] = defaults.tools if defaults.tools is not None else access.tools
+        chosen = defaults.tools if defaults.tools is not None else access.tools
+        turn["tools"] = list(chosen) if chosen is not None else None  # the kept defaults' list stays as it is
     return begin_turn(user, entry, params, conversation_id=conversation_id, ids=ids, **turn), entry
 
 
@@ -174,7 +179,7 @@ def begin_turn(user, entry: CatalogEntry, params: dict, *, conversation_id: int 
     edit=<id of a user message> with content: an edit. Neither: a regenerated answer to the user
     message of `regenerate` (an answer or a user message; default the current one).
     continued=<id of the current answer>: a continued answer, asked with CONTINUE_PROMPT.
-    `ids`: a new chat's conversation, message and reply ids, taken ahead (ids_read), so that their
+    `ids`: a new chat's conversation, message and reply ids, taken ahead (chat/runtime/id_blocks.py), so that their
     inserts go with its usage row, in the metered start's last round trip.
     """
     # The person's row is locked (chat/metering/metered_streams.py: admit) for the start's last steps only,

@@ -13,9 +13,7 @@ from django.dispatch import receiver
 from django.utils import timezone
 
 from chat.models import ApiToken
-from chat.models.access import access_from, access_reads
-from chat.models.base import Read, read_together
-from chat.runtime import control, db_busy, db_threads
+from chat.runtime import control, db_busy, db_threads, kept_reads
 
 log = logging.getLogger(__name__)
 
@@ -88,13 +86,16 @@ def _user_saved(sender, instance, **kwargs) -> None:
     forget_tokens(user_id=instance.pk)
 
 
-def caller(secret: str, *more: Read) -> tuple | None:
-    """The token (cached), what its owner may use and what `more` reads, in one round trip: (token, Access, *more's)."""
+def caller(secret: str) -> tuple | None:
+    """The token, what its owner may use and the enabled providers, each kept a few seconds: (token, Access, providers).
+
+    At most one round trip, none while all three are kept (chat/runtime/kept_reads.py).
+    """
     token = cached_token_for(secret)
     if token is None:
         return None
-    rules, groups, *found = read_together([*access_reads(token.user), *more])
-    return token, access_from(token.user, rules, groups), *found
+    kept = kept_reads.start_inputs(token.user)
+    return token, kept.access, kept.providers
 
 
 def touch_last_used(token: ApiToken) -> None:

@@ -288,11 +288,12 @@ def _insert_statement(obj: models.Model, using: str) -> tuple[str, list]:
     return sql, values
 
 
-def ids_read(*kinds: type[models.Model], using: str = "default") -> Read | None:
-    """New ids for rows of `kinds` (a model per row), taken ahead from their sequences; None elsewhere than PostgreSQL.
+def ids_read(*kinds: type[models.Model], count: int = 1, using: str = "default") -> Read | None:
+    """`count` sets of new ids for rows of `kinds` (a model per row), taken ahead from their sequences, each
+    set's ids greater than the set's before; None elsewhere than PostgreSQL.
 
     A row's insert that waits for the id of the one before (a message for its conversation's)
-    can then go in the same round trip (read_together); its make gives the ids, or None.
+    can then go in the same round trip (read_together); its make gives the sets, as tuples.
     """
     connection = connections[using]
     if connection.vendor != "postgresql":
@@ -300,7 +301,9 @@ def ids_read(*kinds: type[models.Model], using: str = "default") -> Read | None:
     quote = connection.ops.quote_name
     taken = ", ".join(["nextval(pg_get_serial_sequence(%s, %s))"] * len(kinds))
     params = [value for kind in kinds for value in (quote(kind._meta.db_table), kind._meta.pk.column)]
-    return Read(f"SELECT {taken}", params, make=lambda rows: None if None in rows[0] else tuple(rows[0]))
+    # Row by row, in order: generate_series's rows come in order, and nextval() is evaluated for each.
+    sql = f"SELECT {taken} FROM generate_series(1, %s)"
+    return Read(sql, [*params, count], make=lambda rows: [tuple(row) for row in rows])
 
 
 def commit_with(reads: list[Read], using: str = "default") -> list:

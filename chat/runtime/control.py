@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 
 USER_ENDED = "user.ended"
 TOKEN_ENDED = "token.ended"
+TABLES_CHANGED = "tables.changed"
 # A request to another process waits this long for the channel layer; then a stop goes through the database.
 SEND_WAIT = 2.0
 
@@ -45,6 +46,8 @@ class Handlers:
     end_user: Callable[[int], None] = lambda user_id: None
     # Stop one API token's streams on this process.
     end_token: Callable[[int], None] = lambda token_id: None
+    # Forget what this process keeps of the tables admins set (chat/runtime/kept_reads.py).
+    tables_changed: Callable[[], None] = lambda: None
 
 
 handlers = Handlers()
@@ -56,10 +59,11 @@ def connect(
     recover: Callable[[Message, timedelta | None], Awaitable[None]],
     end_user: Callable[[int], None],
     end_token: Callable[[int], None] = lambda token_id: None,
+    tables_changed: Callable[[], None] = lambda: None,
 ) -> None:
     """Set what requests do (ChatConfig.ready())."""
     handlers.deliver, handlers.recover, handlers.end_user = deliver, recover, end_user
-    handlers.end_token = end_token
+    handlers.end_token, handlers.tables_changed = end_token, tables_changed
 
 
 def control_request(kind: str, message_id: int, **fields: Any) -> dict:
@@ -84,6 +88,8 @@ async def listen_forever(process: process_loops.Process) -> None:
             handlers.end_user(request["user"])
         elif request.get("type") == TOKEN_ENDED:
             handlers.end_token(request["token"])
+        elif request.get("type") == TABLES_CHANGED:
+            handlers.tables_changed()
         else:
             handlers.deliver(request)  # none: it ended; its `done` reaches the sockets through the conversation group
 
@@ -113,7 +119,7 @@ async def send_control(reply: Message, kind: str, **fields: Any) -> bool:
 
 def end_token_streams(token_id: int) -> None:
     """Ask every serving process to stop the `/v1` streams of a revoked API token, as end_user_streams."""
-    _tell_every_process({"type": TOKEN_ENDED, "token": token_id}, f"API token {token_id}")
+    _tell_every_process({"type": TOKEN_ENDED, "token": token_id}, f"to stop the streams of API token {token_id}")
 
 
 async def _send_to(channel: str, reply: Message, kind: str, fields: dict) -> None:
@@ -141,10 +147,15 @@ def end_user_streams(user_id: int) -> None:
     it is told, from a management command (another process) it cannot be, and then the
     user's sockets are closed at their next frame and their streams run to their end.
     """
-    _tell_every_process({"type": USER_ENDED, "user": user_id}, f"user {user_id}")
+    _tell_every_process({"type": USER_ENDED, "user": user_id}, f"to stop the streams of user {user_id}")
 
 
-def _tell_every_process(request: dict, whose: str) -> None:
+def tell_tables_changed() -> None:
+    """Tell every serving process that an access rule, a group or a provider changed (sync code)."""
+    _tell_every_process({"type": TABLES_CHANGED}, "to read access rules, groups and providers again")
+
+
+def _tell_every_process(request: dict, what: str) -> None:
     if settings.REDIS_URL:
         channels = list(Worker.objects.alive(process_loops.lease()).values_list("channel", flat=True))
     else:
@@ -161,5 +172,5 @@ def _tell_every_process(request: dict, whose: str) -> None:
 
     try:
         async_to_sync(tell)()
-    except Exception as exc:  # the deactivation or revocation itself stands; the streams run to their end
-        log.warning("could not ask the processes to stop the streams of %s: %r", whose, exc)
+    except Exception as exc:  # the change itself stands: streams run to their end, kept reads expire
+        log.warning("could not ask the processes %s: %r", what, exc)

@@ -21,7 +21,7 @@ from chat.auth.api_tokens import bearer, cached_token_for, caller
 from chat.lib.model_params import has_images, token_limit
 from chat.lib.openai_errors import error_body
 from chat.metering import budgets, limits, metered_streams
-from chat.models import ApiToken, ChatError, Conversation, Message, Provider, Usage, fit
+from chat.models import ApiToken, ChatError, Conversation, Message, Usage, fit
 from chat.runtime import db_busy, db_threads, metrics, process_loops
 from chat.streaming import upstream
 from chat.streaming.catalog import CatalogEntry, cached_catalog, resolve_in, with_catalog
@@ -308,14 +308,14 @@ class MeteredRequest:
         is looked up in `catalog`, or in the model lists this process holds (ModelListNotCached if one is
         missing: the caller fetches them and calls again with the catalog).
         """
-        found = caller(secret, *([Provider.objects.enabled_read()] if catalog is None else []))
+        found = caller(secret)
         if found is None:
             raise Refused(unauthorized())
         if invalid is not None:
             raise Refused(HttpResponse(invalid.body(), status=invalid.status, content_type="application/json"))
-        token, access, *providers = found
+        token, access, providers = found
         if catalog is None:
-            catalog = cached_catalog(providers[0])
+            catalog = cached_catalog(providers)
         try:
             entry = resolve_in(catalog, self.body["model"], access)
         except ChatError as exc:

@@ -56,6 +56,8 @@ def _cluster(fake_server, database_url, prefix, **settings):
         "API_CHECKPOINT_SECONDS": "1",
         # A process's cached API tokens outlive every test: a deactivation elsewhere must be told, not waited out.
         "API_TOKEN_CACHE_SECONDS": "600",
+        # And what a person may use: a change elsewhere must be told too (kept for 5 s outside the tests).
+        "ACCESS_CACHE_SECONDS": "600",
         **settings,
     }
     setup = {**os.environ, **env, "DATABASE_URL": database_url, "DJANGO_SUPERUSER_PASSWORD": "carol-secret-pw"}
@@ -490,3 +492,34 @@ async def test_deactivate_signs_out_everywhere_and_stops_streams_on_every_proces
         ).fetchone()
     assert kept[0] >= 1 and kept[1] == 3  # the chat's and the API requests' usage rows stay
     await api.aclose()
+
+
+async def test_a_model_limit_set_in_another_process_holds_at_once_on_every_process(cluster):
+    """Each process keeps who may use which model (chat/runtime/kept_reads.py), here for 600 s: a limit
+    set by another process (a management shell) reaches both through Redis, and so does its removal."""
+    first = cluster[0]
+    manage_shell(first, f"{USER}; User.objects.create_user('fay', password='fay-secret-pw')")
+    token = manage(first, "createtoken", "fay").strip().splitlines()[-1]
+    short = {"model": MODELS["i14"], "messages": [{"role": "user", "content": "[[chunks:2]]"}]}
+
+    async def statuses(wanted: int) -> list[int]:
+        """Each process's answer, asked again (up to 10 s) until it is `wanted`: the tell is on its way."""
+        found = []
+        async with httpx.AsyncClient(timeout=30, headers={"Authorization": f"Bearer {token}"}) as api:
+            for server in cluster:
+                for _ in range(100):
+                    status = (await api.post(server.url + "/v1/chat/completions", json=short)).status_code
+                    if status == wanted:
+                        break
+                    await asyncio.sleep(0.1)
+                found.append(status)
+        return found
+
+    assert await statuses(200) == [200, 200]  # both processes now keep what fay may use
+    rules = "from chat.models import ModelAccess, Provider; provider = Provider.objects.get(name='i14')"
+    manage_shell(first, f"{rules}; ModelAccess.objects.create(provider=provider, model='{MODELS['i14']}')")
+    try:
+        assert await statuses(403) == [403, 403]  # a limit with no group: no one but superusers
+    finally:
+        manage_shell(first, f"{rules}; ModelAccess.objects.filter(provider=provider).delete()")
+    assert await statuses(200) == [200, 200]

@@ -9,6 +9,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.db import connection, transaction
 from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
 from psycopg import pq
 
 from chat.actions.turns import begin_turn, turn_inputs
@@ -16,6 +17,7 @@ from chat.auth.api_tokens import caller
 from chat.metering import limits, metered_streams
 from chat.models import ApiToken, ChatDefaults, Conversation, Message, Provider, Usage
 from chat.models.base import Read, read_together
+from chat.runtime import kept_reads
 from chat.streaming.catalog import CatalogEntry
 from chat.streaming.generation import Generation
 from tests.services import check_on_postgresql
@@ -82,17 +84,30 @@ def check_reads() -> None:
     assert found == [[], [(2,)]]
     assert batches is None or (len(batches) == 1 and batches[0][0] == '"" "BEGIN" 0'), batches
 
-    # A /v1 start's caller: the person's access and the enabled providers (the token from the process's cache).
+    # A /v1 start's caller: the person's access and the enabled providers (the token from the process's cache),
+    # in one round trip; then kept by the process (chat/runtime/kept_reads.py): none.
     caller(secret)
-    (token, access, providers), trips = round_trips(lambda: caller(secret, Provider.objects.enabled_read()))
+    kept_reads.forget()
+    (token, access, providers), trips = round_trips(lambda: caller(secret))
     assert token.user == user and not access.everything and [p.name for p in providers] == ["p"]
     assert trips in (None, 1)
+    with CaptureQueriesContext(connection) as sent:
+        assert caller(secret)[2] == providers
+    assert len(sent) == 0, sent.captured_queries
+    kept_reads.forget()
 
-    # A new chat's inputs: the person's defaults, their access, the providers, and on PostgreSQL three new ids.
+    # A new chat's inputs: the person's defaults, their access, the providers, and on PostgreSQL three new ids
+    # (a block of them: chat/runtime/id_blocks.py); then all kept, and the next ids from the block: nothing sent.
     (stored, defaults, access, providers, ids), trips = round_trips(lambda: turn_inputs(user, None))
     assert stored is None and defaults.system_prompt == "be brief" and [p.name for p in providers] == ["p"]
     assert trips in (None, 1)
     assert (ids is None) == (connection.vendor != "postgresql") and (ids is None or ids[1] != ids[2]), ids
+    with CaptureQueriesContext(connection) as sent:
+        again = turn_inputs(user, None)
+    assert again[1].system_prompt == "be brief" and len(sent) == 0, sent.captured_queries
+    if ids is not None:  # new ones, each greater than the set before it
+        assert all(new > old for new, old in zip(again[4], ids, strict=True)) and again[4][1] != again[4][2]
+    kept_reads.forget()
 
 
 @pytest.mark.django_db(transaction=True)
