@@ -46,8 +46,8 @@ class Handlers:
     end_user: Callable[[int], None] = lambda user_id: None
     # Stop one API token's streams on this process.
     end_token: Callable[[int], None] = lambda token_id: None
-    # Forget what this process keeps of the tables admins set (chat/runtime/kept_reads.py).
-    tables_changed: Callable[[], None] = lambda: None
+    # Forget what this process keeps of the tables admins set, or of one person's defaults (chat/runtime/kept_reads.py).
+    tables_changed: Callable[[int | None], None] = lambda person: None
 
 
 handlers = Handlers()
@@ -59,7 +59,7 @@ def connect(
     recover: Callable[[Message, timedelta | None], Awaitable[None]],
     end_user: Callable[[int], None],
     end_token: Callable[[int], None] = lambda token_id: None,
-    tables_changed: Callable[[], None] = lambda: None,
+    tables_changed: Callable[[int | None], None] = lambda person: None,
 ) -> None:
     """Set what requests do (ChatConfig.ready())."""
     handlers.deliver, handlers.recover, handlers.end_user = deliver, recover, end_user
@@ -89,7 +89,7 @@ async def listen_forever(process: process_loops.Process) -> None:
         elif request.get("type") == TOKEN_ENDED:
             handlers.end_token(request["token"])
         elif request.get("type") == TABLES_CHANGED:
-            handlers.tables_changed()
+            handlers.tables_changed(request.get("person"))
         else:
             handlers.deliver(request)  # none: it ended; its `done` reaches the sockets through the conversation group
 
@@ -150,9 +150,10 @@ def end_user_streams(user_id: int) -> None:
     _tell_every_process({"type": USER_ENDED, "user": user_id}, f"to stop the streams of user {user_id}")
 
 
-def tell_tables_changed() -> None:
-    """Tell every serving process that an access rule, a group or a provider changed (sync code)."""
-    _tell_every_process({"type": TABLES_CHANGED}, "to read access rules, groups and providers again")
+def tell_tables_changed(person: int | None = None) -> None:
+    """Tell every serving process that an access rule, a group or a provider changed, or one person's own chat
+    defaults (sync code)."""
+    _tell_every_process({"type": TABLES_CHANGED, "person": person}, "to read access rules, groups and providers again")
 
 
 def _tell_every_process(request: dict, what: str) -> None:

@@ -66,21 +66,29 @@ def read_kept(kept: dict[Hashable, Read], more: list[Read] = ()) -> tuple[dict[H
     return found, made[len(missing) :]
 
 
-def forget() -> None:
-    """Drop every kept read of this process (a change here, or one told by another process)."""
+def forget(person: int | None = None) -> None:
+    """Drop every kept read of this process, or only one person's own chat defaults (a change here, or one told
+    by another process)."""
     global _generation
     with _guard:
         _generation += 1
-        _kept.clear()
+        if person is None:
+            _kept.clear()
+        else:
+            _kept.pop(("defaults", person), None)
 
 
 def _changed(sender, **kwargs) -> None:
     """One of the kept tables changed: forgotten here now, and by the other processes once it is committed."""
     if kwargs.get("action", "post_").startswith("pre_"):
         return  # a membership's change is sent twice, before and after: the second does it
-    forget()
+    if kwargs.get("pk_set") == set():
+        return  # add() or remove() of nothing new, as a sign-in that sets the same groups again sends
+    # A person's own defaults (their settings page) are theirs alone: the rest stays kept for everyone.
+    person = kwargs["instance"].user_id if sender is ChatDefaults else None
+    forget(person)
     if settings.REDIS_URL:
-        transaction.on_commit(control.tell_tables_changed)
+        transaction.on_commit(lambda: control.tell_tables_changed(person))
 
 
 def connect_signals() -> None:

@@ -55,6 +55,8 @@ def test_every_change_of_access_made_here_is_seen_by_the_next_start(dora, provid
 
     dora.groups.add(research)
     assert access(dora)[0].allows(provider.pk, "m")
+    dora.groups.add(research)  # nothing new, as a sign-in that sets the same groups again
+    assert access(dora)[2] == 0
 
     GroupDefaults.objects.create(group=research, system_prompt="be brief")
     assert access(dora)[0].system_prompt == "be brief"
@@ -65,7 +67,9 @@ def test_every_change_of_access_made_here_is_seen_by_the_next_start(dora, provid
     rule.delete()
     assert access(dora)[0].allows(provider.pk, "m")
 
+    kept_reads.start_inputs(dora, defaults=True)
     ChatDefaults.objects.create(user=dora, system_prompt="her own")  # her settings page
+    assert access(dora)[2] == 0  # hers alone: what everyone else's starts read stays kept
     assert kept_reads.start_inputs(dora, defaults=True).defaults.system_prompt == "her own"
     ChatDefaults.objects.filter(user=dora).delete()
     assert kept_reads.start_inputs(dora, defaults=True).defaults.system_prompt == ""
