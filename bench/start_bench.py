@@ -1,12 +1,12 @@
 """The database's part of a `/v1` stream's start and end, one after another, with no HTTP and no upstream.
 
 What a `/v1` request's database trip does before the upstream request (the token's owner's access and the
-enabled providers, read together; the metered start: the lock, the limits, the budget, the usage row) and
-its final save, --starts times in this process against a fresh database (SQLite in a temporary folder, or
-a new PostgreSQL database made from --database-url's server and dropped afterwards). It prints this
-process's CPU and the wall time per start and end: on PostgreSQL the wall time includes the round trips
-and the backend's work, which SQLite does inside the process; with the server on this machine (Linux),
-also the backend's own CPU.
+enabled providers, kept by the process after the first read: chat/runtime/kept_reads.py; the metered start:
+the lock, the limits, the budget, the usage row) and its final save, --starts times in this process against
+a fresh database (SQLite in a temporary folder, or a new PostgreSQL database made from --database-url's
+server and dropped afterwards). It prints this process's CPU and the wall time per start and end: on
+PostgreSQL the wall time includes the round trips and the backend's work, which SQLite does inside the
+process; with the server on this machine (Linux), also the backend's own CPU.
 
     .venv/bin/python bench/start_bench.py
     .venv/bin/python bench/start_bench.py --database-url postgres://postgres@127.0.0.1:5432/postgres
@@ -41,7 +41,7 @@ def measure(starts: int) -> tuple[float, float]:
     _, secret = ApiToken.issue(person, "bench")
 
     def one() -> None:
-        token, _, _ = caller(secret, Provider.objects.enabled_read())
+        token, _, _ = caller(secret)
         usage = metered_streams.start(person, source=Usage.Source.API, token=token, provider=provider, model="m",
                                       prompt_tokens=5, max_tokens=10, check_limits=False)  # fmt: skip
         metered_streams.settle(usage.pk, {"status": "complete", "completion_tokens": 3, "total_tokens": 8})
