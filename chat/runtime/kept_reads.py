@@ -10,7 +10,6 @@ is seen within ACCESS_CACHE_SECONDS, as a revoked API token is (chat/auth/api_to
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Hashable
@@ -26,8 +25,6 @@ from chat.models import ChatDefaults, GroupDefaults, ModelAccess, Provider
 from chat.models.access import Access, access_from, access_reads
 from chat.models.base import Read, read_together
 from chat.runtime import control
-
-log = logging.getLogger(__name__)
 
 # key -> (expiry on the monotonic clock, what its read made)
 _kept: dict[Hashable, tuple[float, Any]] = {}
@@ -87,8 +84,15 @@ def _changed(sender, **kwargs) -> None:
     # A person's own defaults (their settings page) are theirs alone: the rest stays kept for everyone.
     person = kwargs["instance"].user_id if sender is ChatDefaults else None
     forget(person)
+    # Again once committed: another thread may have read the rows as they were, after the first forget()
+    # and before the commit, and kept them. Then the other processes are told.
+    transaction.on_commit(lambda: _committed(person))
+
+
+def _committed(person: int | None) -> None:
+    forget(person)
     if settings.REDIS_URL:
-        transaction.on_commit(lambda: control.tell_tables_changed(person))
+        control.tell_tables_changed(person)
 
 
 def connect_signals() -> None:

@@ -4,15 +4,18 @@ read once, then none; a change made in the process is seen by the next start at 
 The change made in another process, told through Redis, is in tests/cluster/test_scaleout.py.
 """
 
+import threading
+
 import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
-from django.db import connection
+from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from chat.models import ChatDefaults, GroupDefaults, ModelAccess, Provider
 from chat.models.base import Read
 from chat.runtime import kept_reads
+from tests.services import check_on_postgresql
 
 pytestmark = pytest.mark.django_db
 
@@ -98,3 +101,28 @@ def test_with_no_keeping_every_start_reads(dora, provider, settings):
     settings.ACCESS_CACHE_SECONDS = 0
     access(dora)
     assert access(dora)[2] > 0
+
+
+def check_a_read_before_the_commit_of_a_change_is_not_kept():
+    """Another thread that reads between a change's save and its commit sees the rows as they were: what it
+    keeps is forgotten again at the commit. (PostgreSQL: SQLite's test database would lock that thread out.)"""
+    user = get_user_model().objects.create_user("dora")
+    provider = Provider.objects.create(name="p", base_url="http://127.0.0.1:9/v1", api_key="k")
+    seen = []
+
+    def another_start():
+        seen.append(kept_reads.start_inputs(user).access.allows(provider.pk, "m"))
+        connection.close()
+
+    with transaction.atomic():
+        ModelAccess.objects.create(provider=provider, model="m")  # a limit with no group: no one may use it
+        reading = threading.Thread(target=another_start)
+        reading.start()
+        reading.join()
+    assert seen == [True]  # the rows as they were, kept by that thread
+    assert not kept_reads.start_inputs(user).access.allows(provider.pk, "m")
+
+
+def test_on_postgresql_a_read_before_the_commit_of_a_change_is_not_kept():
+    check = "check_a_read_before_the_commit_of_a_change_is_not_kept"
+    check_on_postgresql("chat_kept", "tests.runtime.test_kept_reads", check)
