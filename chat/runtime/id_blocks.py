@@ -22,7 +22,7 @@ _free: dict[tuple[type[models.Model], ...], deque[tuple[int, ...]]] = {}
 def take(*kinds: type[models.Model]) -> tuple[int, ...] | None:
     """A set of new ids for rows of `kinds` from this process's block, or None when it is used up (refill())."""
     try:
-        return _free.get(kinds, deque()).popleft()  # deque's popleft: one thread's alone, no lock needed
+        return _free.get(kinds, deque()).popleft()  # atomic: no two threads get the same set, with no lock
     except IndexError:
         return None
 
