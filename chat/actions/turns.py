@@ -32,7 +32,7 @@ from chat.models import Attachment, ChatError, Conversation, Message, Provider, 
 from chat.models.base import Read, insert_read, update_read
 from chat.runtime import id_blocks, kept_reads
 from chat.streaming import upstream
-from chat.streaming.catalog import CatalogEntry, cached_catalog, resolve_in
+from chat.streaming.catalog import CatalogEntry, catalog_of, resolve_in
 from chat.streaming.generation import Job
 from chat.streaming.history import upstream_messages
 from chat.streaming.providers import provider_limit
@@ -152,8 +152,7 @@ def open_turn(user, model: str | None, params: dict, catalog: list | None, *, co
     asked = model
     if defaults is not None:  # a new chat: what it does not set comes from the person's defaults
         model, params, turn["system_prompt"] = defaults.apply(model, params, turn.get("system_prompt"))
-    if catalog is None:
-        catalog = cached_catalog(providers)
+    catalog = catalog_of(providers, catalog)
     try:
         entry = resolve_in(catalog, model, access)
     except ChatError:

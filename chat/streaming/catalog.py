@@ -72,6 +72,16 @@ def cached_catalog(providers: list[Provider]) -> list[CatalogEntry]:
     return catalog
 
 
+def catalog_of(providers: list[Provider], fetched: list[CatalogEntry] | None) -> list[CatalogEntry]:
+    """What a start resolves its model in: cached_catalog() of the enabled `providers` it just read, or the catalog
+    its caller `fetched` (with_catalog) cut to those providers, as they are now: one disabled or changed (its key,
+    its address) while the lists were fetched is not used as it was."""
+    if fetched is None:
+        return cached_catalog(providers)
+    current = {provider.pk: provider for provider in providers}
+    return [CatalogEntry(current[entry.provider.pk], entry.model) for entry in fetched if entry.provider.pk in current]
+
+
 async def with_catalog(opening: Callable[[list[CatalogEntry] | None], Awaitable[R]]) -> R:
     """`await opening(None)`, which resolves from cached_catalog(); if a list is not held, fetch it and call again."""
     try:

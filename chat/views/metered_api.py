@@ -24,7 +24,7 @@ from chat.metering import budgets, limits, metered_streams
 from chat.models import ApiToken, ChatError, Conversation, Message, Usage, fit
 from chat.runtime import db_busy, db_threads, metrics, process_loops
 from chat.streaming import upstream
-from chat.streaming.catalog import CatalogEntry, cached_catalog, resolve_in, with_catalog
+from chat.streaming.catalog import CatalogEntry, catalog_of, resolve_in, with_catalog
 from chat.streaming.providers import client, open_provider_stream, provider_limit, provider_slot, stream_state, timeouts
 from chat.streaming.relay import RequestError, message_text, request_chars
 
@@ -314,8 +314,7 @@ class MeteredRequest:
         if invalid is not None:
             raise Refused(HttpResponse(invalid.body(), status=invalid.status, content_type="application/json"))
         token, access, providers = found
-        if catalog is None:
-            catalog = cached_catalog(providers)
+        catalog = catalog_of(providers, catalog)
         try:
             entry = resolve_in(catalog, self.body["model"], access)
         except ChatError as exc:

@@ -15,6 +15,7 @@ from django.test.utils import CaptureQueriesContext
 from chat.models import ChatDefaults, GroupDefaults, ModelAccess, Provider
 from chat.models.base import Read
 from chat.runtime import kept_reads
+from chat.streaming.catalog import CatalogEntry, catalog_of
 from tests.services import check_on_postgresql
 
 pytestmark = pytest.mark.django_db
@@ -37,7 +38,8 @@ def access(user):
     return kept.access, [p.name for p in kept.providers], len(sent)
 
 
-def test_a_start_reads_access_and_providers_once_then_keeps_them(dora, provider):
+def test_a_start_reads_access_and_providers_once_then_keeps_them(dora, provider, settings):
+    settings.ACCESS_CACHE_SECONDS = 3600  # kept however slowly a busy host runs the test
     assert access(dora)[1:] == (["p"], 3)  # the rules, her groups, the providers (one round trip on PostgreSQL)
     assert access(dora)[1:] == (["p"], 0)
     # Another person's groups are theirs: read for them, the rules and providers still kept.
@@ -58,13 +60,30 @@ def test_every_change_of_access_made_here_is_seen_by_the_next_start(dora, provid
 
     dora.groups.add(research)
     assert access(dora)[0].allows(provider.pk, "m")
-    dora.groups.add(research)  # nothing new, as a sign-in that sets the same groups again
+    dora.groups.add(research)  # nothing new, as setting someone's groups to what they were sends
     assert access(dora)[2] == 0
 
-    GroupDefaults.objects.create(group=research, system_prompt="be brief")
+    defaults = GroupDefaults.objects.create(group=research, system_prompt="be brief")
     assert access(dora)[0].system_prompt == "be brief"
+    defaults.system_prompt = "be thorough"
+    defaults.save()
+    assert access(dora)[0].system_prompt == "be thorough"
+    defaults.delete()
+    assert access(dora)[0].system_prompt == ""
 
     research.user_set.remove(dora)  # from the group's side
+    assert not access(dora)[0].allows(provider.pk, "m")
+    research.user_set.set([dora])
+    assert access(dora)[0].allows(provider.pk, "m")
+    dora.groups.clear()
+    assert not access(dora)[0].allows(provider.pk, "m")
+    dora.groups.add(research)
+    assert access(dora)[0].allows(provider.pk, "m")
+    rule.groups.clear()  # the rule's side: now for no one
+    assert not access(dora)[0].allows(provider.pk, "m")
+    rule.groups.set([research])
+    assert access(dora)[0].allows(provider.pk, "m")
+    research.delete()  # her group gone with its place on the rule
     assert not access(dora)[0].allows(provider.pk, "m")
 
     rule.delete()
@@ -77,15 +96,35 @@ def test_every_change_of_access_made_here_is_seen_by_the_next_start(dora, provid
     ChatDefaults.objects.filter(user=dora).delete()
     assert kept_reads.start_inputs(dora, defaults=True).defaults.system_prompt == ""
 
+    provider.api_key = "rotated"
+    provider.save()
+    assert [p.api_key for p in kept_reads.start_inputs(dora).providers] == ["rotated"]
     provider.enabled = False
     provider.save()
     assert access(dora)[1] == []
-    Provider.objects.create(name="q", base_url="http://127.0.0.1:9/v1", api_key="k")
+    other = Provider.objects.create(name="q", base_url="http://127.0.0.1:9/v1", api_key="k")
     assert access(dora)[1] == ["q"]
+    other.delete()
+    assert access(dora)[1] == []
 
 
-def test_what_was_read_while_a_change_came_is_not_kept(dora, provider):
+def test_a_provider_changed_while_its_models_were_fetched_is_used_as_it_is_now(dora, provider):
+    """A start whose model lists were fetched (with_catalog) resolves in them cut to the providers read again
+    after the fetch: one disabled meanwhile is gone, one whose key changed is used with the new key."""
+    other = Provider.objects.create(name="q", base_url="http://127.0.0.1:9/v1", api_key="old")
+    fetched = [CatalogEntry(provider, "m"), CatalogEntry(other, "n")]  # as fetched with the providers as they were
+    provider.enabled = False
+    provider.save()
+    other.api_key = "new"
+    other.save()
+    providers = kept_reads.start_inputs(dora).providers
+    catalog = catalog_of(providers, fetched)
+    assert [(entry.provider.name, entry.model, entry.provider.api_key) for entry in catalog] == [("q", "n", "new")]
+
+
+def test_what_was_read_while_a_change_came_is_not_kept(dora, provider, settings):
     """A read that began before a change may have read the old rows: the next start reads again."""
+    settings.ACCESS_CACHE_SECONDS = 3600
     kept_reads.forget()
 
     def changed_meanwhile(rows):
