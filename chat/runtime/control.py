@@ -157,10 +157,11 @@ def tell_tables_changed(person: int | None = None) -> None:
 
 
 def _tell_every_process(request: dict, what: str) -> None:
-    if settings.REDIS_URL:
-        channels = list(Worker.objects.alive(process_loops.lease()).values_list("channel", flat=True))
-    else:
-        channels = None  # this process's own, if it serves (looked up on its loop)
+    """Send `request` to every serving process's control channel; never raises, waits at most SEND_WAIT a process.
+
+    Called once the change it tells of is committed, often in the request that made it: a database or
+    Redis error here must not turn a saved change into an error page, nor hold that request for long.
+    """
 
     async def tell() -> None:
         targets = channels
@@ -169,9 +170,13 @@ def _tell_every_process(request: dict, what: str) -> None:
             targets = [process.channel] if process is not None else []
         layer = get_channel_layer()
         for channel in targets:
-            await layer.send(channel, request)
+            await asyncio.wait_for(layer.send(channel, request), SEND_WAIT)
 
     try:
+        if settings.REDIS_URL:
+            channels = list(Worker.objects.alive(process_loops.lease()).values_list("channel", flat=True))
+        else:
+            channels = None  # this process's own, if it serves (looked up on its loop)
         async_to_sync(tell)()
     except Exception as exc:  # the change itself stands: streams run to their end, kept reads expire
         log.warning("could not ask the processes %s: %r", what, exc)

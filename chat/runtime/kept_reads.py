@@ -86,7 +86,7 @@ def _changed(sender, **kwargs) -> None:
     forget(person)
     # Again once committed: another thread may have read the rows as they were, after the first forget()
     # and before the commit, and kept them. Then the other processes are told.
-    transaction.on_commit(lambda: _committed(person))
+    transaction.on_commit(lambda: _committed(person), robust=True)
 
 
 def _committed(person: int | None) -> None:
