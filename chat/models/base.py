@@ -293,7 +293,9 @@ def ids_read(*kinds: type[models.Model], count: int = 1, using: str = "default")
     set's ids greater than the set's before; None elsewhere than PostgreSQL.
 
     A row's insert that waits for the id of the one before (a message for its conversation's)
-    can then go in the same round trip (read_together); its make gives the sets, as tuples.
+    can then go in the same round trip (read_together); its make gives the sets, as tuples, or none at all
+    when a table has no sequence (nextval() of NULL: the rows are then inserted as any other). Django makes
+    identity columns, whose sequence cannot be disowned; a table made otherwise may have none.
     """
     connection = connections[using]
     if connection.vendor != "postgresql":
@@ -303,7 +305,7 @@ def ids_read(*kinds: type[models.Model], count: int = 1, using: str = "default")
     params = [value for kind in kinds for value in (quote(kind._meta.db_table), kind._meta.pk.column)]
     # Row by row, in order: generate_series's rows come in order, and nextval() is evaluated for each.
     sql = f"SELECT {taken} FROM generate_series(1, %s)"
-    return Read(sql, [*params, count], make=lambda rows: [tuple(row) for row in rows])
+    return Read(sql, [*params, count], make=lambda rows: [tuple(row) for row in rows if None not in row])
 
 
 def commit_with(reads: list[Read], using: str = "default") -> list:

@@ -28,14 +28,15 @@ def take(*kinds: type[models.Model]) -> tuple[int, ...] | None:
 
 
 def refill(*kinds: type[models.Model]) -> Read | None:
-    """The statement that takes the next block; its make keeps it and gives one set (None off PostgreSQL)."""
+    """The statement that takes the next block; its make keeps it and gives one set, or None if a table has no
+    sequence of its own (then the rows are inserted with ids of the database's choosing); None off PostgreSQL."""
     read = ids_read(*kinds, count=BLOCK)
     if read is None:
         return None
 
-    def made(rows: list[tuple]) -> tuple[int, ...]:
+    def made(rows: list[tuple]) -> tuple[int, ...] | None:
         sets = read.make(rows)
         _free.setdefault(kinds, deque()).extend(sets[1:])
-        return sets[0]
+        return sets[0] if sets else None
 
     return Read(read.sql, read.params, make=made)
