@@ -479,9 +479,10 @@ API_CHECKPOINT_SECONDS = env_number("API_CHECKPOINT_SECONDS", 5.0, float)
 # A /v1 completion's token (with its owner) is kept this long in the process that read it: a
 # revocation or deactivation elsewhere reaches that process within it (at once in the same one).
 API_TOKEN_CACHE_SECONDS = env_number("API_TOKEN_CACHE_SECONDS", 5.0, float)
-# Who may use which model and the enabled providers, read on every stream start, are kept this long by
-# each process (chat/runtime/kept_reads.py): a change in another process that cannot be told to this
-# one through Redis reaches it within it (at once otherwise). 0: read on every start.
+# Who may use which model, the enabled providers and each person's chat defaults, read on every stream
+# start, are kept this long by each process (chat/runtime/kept_reads.py): a change saved through the
+# models reaches every process at once through Redis, and within this when it cannot be told (or when it
+# bypassed the models: QuerySet.update(), raw SQL). 0: read on every start.
 ACCESS_CACHE_SECONDS = env_number("ACCESS_CACHE_SECONDS", 5.0, float)
 # Overload (chat/ws/overload.py): websocket connects beyond this many a second, or while this many
 # handshakes are unfinished, are closed with 4013 before any database work (0: no limit);
