@@ -14,7 +14,7 @@ import msgpack
 import pytest
 import redis
 
-from tests.cluster.test_scaleout import _cluster, row, sign_in, text
+from tests.cluster.test_scaleout import _cluster, row, sign_in, streamed, text
 from tests.live import Tab, wait_until
 from tests.services import REDIS_URL, postgres_database, redis_prefix
 
@@ -35,21 +35,6 @@ async def frames_for(tab: Tab, seconds: float) -> list[dict]:
             while True:
                 frames.append(await tab.frame(seconds + 5))
     return frames
-
-
-def streamed(frames: list[dict]) -> str:
-    """The text a tab shows, applied as the page applies it (static/chat/messages.js): a snapshot's
-    text (if it attached), then each delta whose `seq` is past the last one applied. Delivery across
-    Redis is at least once: a delta whose send was cut before Redis acknowledged it comes again."""
-    shown, last = "", 0
-    for frame in frames:
-        if frame["type"] == "snapshot":
-            shown, last = frame["content"], frame["seq"]
-        elif frame["type"] == "snapshot_part":  # a long reply's snapshot goes on
-            shown += frame.get("content", "")
-        elif frame["type"] == "delta" and frame["seq"] > last:
-            shown, last = shown + frame.get("content", ""), frame["seq"]
-    return shown
 
 
 def reading_from_redis(server) -> bool:
