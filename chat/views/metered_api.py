@@ -299,6 +299,7 @@ class MeteredRequest:
         self.recorded = False
         self.usage_id: int | None = None
         self.worker_id: int | None = None
+        self.prompt_size = 0  # prompt_chars(), counted once as the stream begins
 
     def open(self, secret: str, invalid: RequestError | None, catalog: list[CatalogEntry] | None = None) -> None:
         """Everything before the upstream request, on a database thread: the token, the model, the usage row.
@@ -350,7 +351,10 @@ class MeteredRequest:
         The usage row counts towards the streams and the rate limits from now on, and a crash
         leaves it behind instead of losing the request.
         """
-        prompt_tokens = upstream.estimate_tokens(self.prompt_chars())
+        # Counted once, here on the database thread: the body no longer changes, and its end reuses the count
+        # (a body of megabytes takes a while, which on the event loop would stall the process).
+        self.prompt_size = self.prompt_chars()
+        prompt_tokens = upstream.estimate_tokens(self.prompt_size)
         self.usage_id = metered_streams.start(
             self.token.user, source=Usage.Source.API, token=self.token, provider=self.entry.provider,
             model=self.entry.model, prompt_tokens=prompt_tokens, max_tokens=self.max_tokens(),
@@ -404,7 +408,7 @@ class MeteredRequest:
             return
         self.recorded = True
         self.state.ended_at = asyncio.get_running_loop().time()
-        usage = self.state.metering(self.prompt_chars(), self.state.ended_at)
+        usage = self.state.metering(self.prompt_size, self.state.ended_at)
         # A task of its own: a client that hangs up after [DONE] gets this request cancelled by daphne
         # (10 s later), which must not cancel the recording of what it was given; and a database down
         # for longer than the wait leaves the recording to go on after the response.

@@ -130,7 +130,7 @@ class MeteredResponse(MeteredRequest):
 
     def usage(self) -> dict[str, Any]:
         """The usage so far in the Responses API's names, as the usage row will record it."""
-        return usage_of(self.state.metering(self.prompt_chars(), asyncio.get_running_loop().time()))
+        return usage_of(self.state.metering(self.prompt_size, asyncio.get_running_loop().time()))
 
     def start_translator(self) -> ResponsesTranslator:
         request = self.request

@@ -24,7 +24,7 @@ async def test_the_usage_is_retried_after_the_response_went_on_until_it_lands(mo
         landed.set()
 
     request = types.SimpleNamespace(recorded=False, state=types.SimpleNamespace(
-        ended_at=None, metering=lambda chars, ended: {"completion_tokens": 3}), prompt_chars=lambda: 5,
+        ended_at=None, metering=lambda chars, ended: {"completion_tokens": 3}), prompt_size=5,
         token=types.SimpleNamespace(user="carol"), _save=save)  # fmt: skip
     request._record = types.MethodType(metered_api.MeteredRequest._record, request)
     await metered_api.MeteredRequest.record(request, "complete", "")
